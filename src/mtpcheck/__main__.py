@@ -1,0 +1,5 @@
+"""Entry point for ``python -m mtpcheck``."""
+
+from mtpcheck.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""Compare two checkpoints: configs, then tensors in the MTP scope (or all tensors)."""
+
+from __future__ import annotations
+
+from mtpcheck.checks.config_diff import config_check
+from mtpcheck.checks.findings import comparison_finding, integrity_check
+from mtpcheck.checks.inspect_checks import summarise
+from mtpcheck.checks.tensor_match import compare
+from mtpcheck.families import analyse
+from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, TensorStatus
+
+
+def diff_report(a: Checkpoint, b: Checkpoint, all_tensors: bool = False) -> Report:
+    """Build the diff report of ``b`` against ``a``."""
+    analysis_a = analyse(a.config, a.tensors, a.config_path)
+    analysis_b = analyse(b.config, b.tensors, b.config_path)
+    if all_tensors:
+        names = set(a.tensors) | set(b.tensors)
+        scope = "all tensors"
+    else:
+        names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
+        scope = "MTP scope"
+    comparisons = tuple(compare(a, n, b, n) for n in sorted(names))
+    failing = [comparison_finding(c) for c in comparisons if c.status is not TensorStatus.EQUAL]
+    equal = [c for c in comparisons if c.status is TensorStatus.EQUAL]
+    summary = Finding(
+        scope,
+        Status.PASS if not failing else Status.INFO,
+        f"{len(equal)} of {len(comparisons)} tensors bit-identical "
+        f"({sum(c.nbytes for c in equal)} bytes compared equal)",
+        {"tensors": len(comparisons), "equal": len(equal)},
+    )
+    if not comparisons:
+        summary = Finding(scope, Status.SKIP, "no tensors in scope on either side")
+    checks = (
+        integrity_check([("A", a), ("B", b)]),
+        config_check(a.config, b.config, a.config_path is not None, b.config_path is not None),
+        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *failing)),
+    )
+    return Report(
+        command="diff",
+        inputs=(summarise(a, analysis_a), summarise(b, analysis_b)),
+        checks=checks,
+        tensors=comparisons,
+    )

@@ -1,0 +1,74 @@
+"""Turn tensor comparisons and reader issues into findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtpcheck.model import (
+    Checkpoint,
+    CheckResult,
+    Finding,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
+
+
+def _fmt(dtype: str | None, shape: tuple[int, ...] | None) -> str:
+    return f"{dtype}{list(shape) if shape is not None else ''}"
+
+
+def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
+    """One sentence about one comparison."""
+    if c.status is TensorStatus.EQUAL:
+        return f"bit-identical ({c.nbytes} bytes)"
+    if c.status is TensorStatus.MISSING:
+        return f"missing in {right} (was {_fmt(c.dtype[0], c.shape[0])})"
+    if c.status is TensorStatus.EXTRA:
+        return f"only in {right} ({_fmt(c.dtype[1], c.shape[1])}), absent in {left}"
+    if c.status is TensorStatus.DTYPE_CHANGED:
+        return f"dtype changed {c.dtype[0]} -> {c.dtype[1]}"
+    if c.status is TensorStatus.SHAPE_CHANGED:
+        return f"shape changed {list(c.shape[0] or ())} -> {list(c.shape[1] or ())}"
+    if c.status is TensorStatus.UNREADABLE:
+        return "bytes unreadable (file truncated)"
+    numel = 1
+    for d in c.shape[0] or ():
+        numel *= d
+    context = f"; max abs diff {c.max_abs_diff:.6g}" if c.max_abs_diff is not None else ""
+    return (
+        f"bits differ in {c.differing_elements} of {numel} elements, "
+        f"first at index {list(c.first_difference or ())}{context}"
+    )
+
+
+def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -> Finding:
+    status = Status.PASS if c.status is TensorStatus.EQUAL else Status.FAIL
+    return Finding(
+        subject=c.name,
+        status=status,
+        message=describe(c, left, right),
+        details={"status": c.status.value},
+    )
+
+
+def integrity_check(checkpoints: list[tuple[str, Checkpoint]]) -> CheckResult:
+    """Reader-reported structural problems, one FAIL each; PASS when there are none."""
+    findings: list[Finding] = []
+    for label, ckpt in checkpoints:
+        prefix = f"{label}: " if label else ""
+        findings.extend(
+            Finding(prefix + issue.subject, Status.FAIL, issue.message, {"kind": issue.kind})
+            for issue in ckpt.issues
+        )
+        if not ckpt.issues:
+            files = {m.file for m in ckpt.tensors.values()}
+            findings.append(
+                Finding(
+                    prefix + Path(ckpt.path).name,
+                    Status.PASS,
+                    f"{len(ckpt.tensors)} tensors in {len(files)} file(s); headers and index "
+                    "consistent",
+                )
+            )
+    return CheckResult("integrity", "Files, headers and index", tuple(findings))

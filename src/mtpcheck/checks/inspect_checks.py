@@ -1,0 +1,170 @@
+"""Checks of one checkpoint: MTP family, declared count, layer completeness, shared copies."""
+
+from __future__ import annotations
+
+from mtpcheck.checks.findings import describe, integrity_check
+from mtpcheck.checks.tensor_match import compare
+from mtpcheck.families import CopyPolicy, MtpAnalysis, analyse
+from mtpcheck.model import (
+    Checkpoint,
+    CheckpointSummary,
+    CheckResult,
+    Finding,
+    Report,
+    Status,
+    TensorStatus,
+)
+
+
+def summarise(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckpointSummary:
+    family = analysis.family
+    return CheckpointSummary(
+        path=ckpt.path,
+        format=ckpt.format,
+        family=family.key if family else None,
+        family_display=family.display if family else "unknown",
+        model_type=analysis.model_type,
+        declared_mtp=analysis.declared.value,
+        declared_by=analysis.declared.source,
+        num_hidden_layers=analysis.num_hidden_layers,
+        tensor_count=len(ckpt.tensors),
+        total_bytes=sum(m.nbytes for m in ckpt.tensors.values()),
+        mtp_layers=analysis.layers,
+    )
+
+
+def family_check(analysis: MtpAnalysis) -> CheckResult:
+    if analysis.family is not None:
+        f = analysis.family
+        finding = Finding(
+            f.key,
+            Status.PASS,
+            f"{f.display} (model_type {analysis.model_type or 'absent'}, "
+            f"projection concat {f.concat_order.value})",
+        )
+    else:
+        finding = Finding(
+            str(analysis.model_type),
+            Status.WARN,
+            f"unknown model_type {analysis.model_type!r}: MTP tensors located by name "
+            "heuristics (layers >= num_hidden_layers, 'mtp', 'nextn', 'eh_proj'); "
+            "layer completeness not checked",
+        )
+    return CheckResult("family", "MTP family", (finding,))
+
+
+def count_check(analysis: MtpAnalysis) -> CheckResult:
+    """Declared count must equal the number of complete MTP layers present."""
+    declared = analysis.declared
+    found = sum(1 for layer in analysis.layers if layer.present)
+    complete = analysis.complete_layers
+    d = declared.value
+    src = declared.source
+    if d is None or d == 0:
+        if found == 0:
+            what = "no MTP layers declared" if d is None else "config declares 0 MTP layers"
+            finding = Finding("mtp-count", Status.PASS, f"{what} ({src}); none present")
+        else:
+            said = f"config declares 0 ({src})" if d == 0 else f"undeclared ({src})"
+            finding = Finding(
+                "mtp-count",
+                Status.FAIL,
+                f"{found} MTP layer(s) present but {said}; serving engines read the count "
+                "key and will not load them",
+            )
+    elif found == 0:
+        finding = Finding(
+            "mtp-count",
+            Status.FAIL,
+            f"config declares {d} MTP layer(s) ({src}) but the checkpoint holds no MTP weights",
+        )
+    elif complete == d and found == d:
+        said = "declared" if declared.from_key else "assumed"
+        finding = Finding("mtp-count", Status.PASS, f"{d} {said} ({src}); {d} present, complete")
+    else:
+        finding = Finding(
+            "mtp-count",
+            Status.FAIL,
+            f"config declares {d} ({src}); {found} present, {complete} complete",
+        )
+    details = {"declared": d, "declared_by": src, "present": found, "complete": complete}
+    return CheckResult("mtp-count", "Declared vs present MTP layers", (_with(finding, details),))
+
+
+def _with(f: Finding, details: dict[str, object]) -> Finding:
+    return Finding(f.subject, f.status, f.message, details)
+
+
+def layers_check(analysis: MtpAnalysis) -> CheckResult:
+    findings = []
+    judged = analysis.family is not None
+    for layer in analysis.layers:
+        subject = f"mtp layer {layer.index}"
+        where = layer.prefix or "by name heuristics"
+        size = f"{len(layer.present)} tensors, {layer.nbytes} bytes, {'/'.join(layer.dtypes)}"
+        details = {
+            "prefix": layer.prefix,
+            "present": len(layer.present),
+            "missing": list(layer.missing),
+        }
+        if not judged:
+            findings.append(Finding(subject, Status.INFO, f"{where}: {size}", details))
+        elif layer.complete:
+            ref = analysis.reference_layers.get(layer.index)
+            against = f"; block matches {ref}*" if ref else ""
+            findings.append(
+                Finding(subject, Status.PASS, f"{where}: complete, {size}{against}", details)
+            )
+        else:
+            total = len(layer.present) + len(layer.missing)
+            shown = ", ".join(layer.missing[:4]) + (" ..." if len(layer.missing) > 4 else "")
+            findings.append(
+                Finding(
+                    subject,
+                    Status.FAIL,
+                    f"{where}: {len(layer.missing)} of {total} tensors missing: {shown}",
+                    details,
+                )
+            )
+    if not findings:
+        findings.append(Finding("mtp layers", Status.SKIP, "no MTP layers present"))
+    return CheckResult("mtp-layers", "MTP layer completeness", tuple(findings))
+
+
+def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
+    """Stored MTP copies of main tensors must equal them bit for bit."""
+    findings = []
+    for copy, main in analysis.copies:
+        c = compare(ckpt, main, ckpt, copy)
+        if c.status is TensorStatus.EQUAL:
+            findings.append(
+                Finding(copy, Status.PASS, f"bit-identical to {main} ({c.nbytes} bytes)")
+            )
+        elif c.status is TensorStatus.EXTRA:
+            findings.append(Finding(copy, Status.WARN, f"{main} is absent; nothing to compare to"))
+        else:
+            findings.append(
+                Finding(copy, Status.FAIL, f"diverged from {main}: {describe(c, main, copy)}")
+            )
+    if not findings:
+        family = analysis.family
+        if family is None or not family.copies or family.copy_policy is CopyPolicy.NONE:
+            reason = "family stores no MTP copies; the MTP layer reuses the main embedding and head"
+        elif family.copy_policy is CopyPolicy.REQUIRED:
+            reason = "no copies present (reported under mtp-layers)"
+        else:
+            reason = f"no copies stored (allowed for {family.display})"
+        findings.append(Finding("shared copies", Status.SKIP, reason))
+    return CheckResult("shared-copies", "MTP copies of embedding and head", tuple(findings))
+
+
+def inspect_report(ckpt: Checkpoint) -> Report:
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    checks = (
+        integrity_check([("", ckpt)]),
+        family_check(analysis),
+        count_check(analysis),
+        layers_check(analysis),
+        copies_check(ckpt, analysis),
+    )
+    return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)

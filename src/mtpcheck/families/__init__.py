@@ -1,0 +1,19 @@
+"""MTP family registry and the pure functions that locate MTP layers."""
+
+from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, FAMILY_BY_NAME
+from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
+from mtpcheck.families.layout import DeclaredCount, MtpAnalysis, analyse, detect_family
+
+__all__ = [
+    "FAMILIES",
+    "FAMILY_BY_MODEL_TYPE",
+    "FAMILY_BY_NAME",
+    "ConcatOrder",
+    "CopyPolicy",
+    "DeclaredCount",
+    "MtpAnalysis",
+    "MtpFamily",
+    "SharedCopy",
+    "analyse",
+    "detect_family",
+]

@@ -1,0 +1,226 @@
+"""The MTP family registry: one entry per family, as data.
+
+Facts and their sources are collected in the project README ("Supported families").
+"""
+
+from __future__ import annotations
+
+from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
+
+_NEXTN = ("num_nextn_predict_layers",)
+
+_DEEPSEEK_SPECIFIC = (
+    "model.layers.{n}.enorm.weight",
+    "model.layers.{n}.hnorm.weight",
+    "model.layers.{n}.eh_proj.weight",
+    "model.layers.{n}.shared_head.norm.weight",
+)
+_DEEPSEEK_COPIES = (
+    SharedCopy("model.layers.{n}.embed_tokens.weight", "model.embed_tokens.weight"),
+    SharedCopy("model.layers.{n}.shared_head.head.weight", "lm_head.weight"),
+)
+
+
+def _deepseek_style(
+    key: str,
+    display: str,
+    architectures: tuple[str, ...],
+    copy_policy: CopyPolicy,
+    model_types: tuple[str, ...] | None = None,
+    notes: str = "",
+) -> MtpFamily:
+    """Families that append MTP layers after the decoder as ``model.layers.{N+i}``."""
+    return MtpFamily(
+        key=key,
+        display=display,
+        model_types=model_types or (key,),
+        architectures=architectures,
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="model.layers.{n}.",
+        specific=_DEEPSEEK_SPECIFIC,
+        projection="model.layers.{n}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        copies=_DEEPSEEK_COPIES,
+        copy_policy=copy_policy,
+        notes=notes,
+    )
+
+
+FAMILIES: tuple[MtpFamily, ...] = (
+    _deepseek_style(
+        "deepseek_v3",
+        "DeepSeek-V3 / R1 / V3.1",
+        ("DeepseekV3ForCausalLM",),
+        CopyPolicy.REQUIRED,
+        notes="embed_tokens and shared_head.head are stored copies of the main tensors",
+    ),
+    MtpFamily(
+        key="deepseek_v32",
+        display="DeepSeek-V3.2",
+        model_types=("deepseek_v32",),
+        architectures=("DeepseekV32ForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="model.layers.{n}.",
+        specific=(*_DEEPSEEK_SPECIFIC, "model.layers.{n}.shared_head.head.weight"),
+        projection="model.layers.{n}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        copies=(_DEEPSEEK_COPIES[0],),
+        copy_policy=CopyPolicy.REQUIRED,
+        notes="MTP block carries the sparse-attention indexer; shared_head.head is "
+        "reported trained on its own, so only embed_tokens is compared as a copy",
+    ),
+    _deepseek_style(
+        "kimi_k2",
+        "Kimi-K2",
+        ("DeepseekV3ForCausalLM",),
+        CopyPolicy.REQUIRED,
+        notes="DeepSeek-V3 architecture; released configs declare 0 MTP layers",
+    ),
+    _deepseek_style(
+        "glm4_moe",
+        "GLM-4.5 / 4.6 / 4.7",
+        ("Glm4MoeForCausalLM",),
+        CopyPolicy.OPTIONAL,
+        notes="GLM-4.5 stores embed/head copies in the MTP layer, GLM-4.6 does not",
+    ),
+    _deepseek_style(
+        "glm4_moe_lite",
+        "GLM-4.7-Flash",
+        ("Glm4MoeLiteForCausalLM",),
+        CopyPolicy.OPTIONAL,
+    ),
+    _deepseek_style(
+        "glm_moe_dsa",
+        "GLM-5",
+        ("GlmMoeDsaForCausalLM",),
+        CopyPolicy.NONE,
+        notes="78 hidden + 1 MTP layer; no embed/head copies stored",
+    ),
+    MtpFamily(
+        key="step3p5",
+        display="Step-3.5-Flash",
+        model_types=("step3p5",),
+        architectures=("Step3p5ForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=1,
+        layer_prefix="model.layers.{n}.",
+        specific=(
+            "model.layers.{n}.enorm.weight",
+            "model.layers.{n}.hnorm.weight",
+            "model.layers.{n}.eh_proj.weight",
+            "model.layers.{n}.transformer.shared_head.norm.weight",
+            "model.layers.{n}.transformer.shared_head.output.weight",
+        ),
+        projection="model.layers.{n}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        notes="3 dense MTP layers; each shared_head.output is trained on its own, not a copy",
+    ),
+    MtpFamily(
+        key="qwen3_next",
+        display="Qwen3-Next",
+        model_types=("qwen3_next",),
+        architectures=("Qwen3NextForCausalLM",),
+        count_keys=("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+        default_count=1,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(
+            "mtp.fc.weight",
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.norm.weight",
+        ),
+        projection="mtp.fc.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        notes="config.json has no count key; serving engines assume 1 MTP layer",
+    ),
+    MtpFamily(
+        key="mimo",
+        display="MiMo-7B",
+        model_types=("mimo",),
+        architectures=("MiMoForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="model.mtp_layers.{i}.",
+        specific=(
+            "model.mtp_layers.{i}.token_layernorm.weight",
+            "model.mtp_layers.{i}.hidden_layernorm.weight",
+            "model.mtp_layers.{i}.input_proj.weight",
+            "model.mtp_layers.{i}.final_layernorm.weight",
+        ),
+        projection="model.mtp_layers.{i}.input_proj.weight",
+        concat_order=ConcatOrder.HIDDEN_FIRST,
+        notes="input_proj multiplies cat(hidden, embedding): halves swapped against Megatron",
+    ),
+    MtpFamily(
+        key="ernie4_5_moe",
+        display="ERNIE-4.5 MoE",
+        model_types=("ernie4_5_moe",),
+        architectures=("Ernie4_5_MoeForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="model.mtp_block.{i}.",
+        specific=(
+            "model.mtp_emb_norm.{i}.weight",
+            "model.mtp_hidden_norm.{i}.weight",
+            "model.mtp_linear_proj.{i}.weight",
+        ),
+        projection="model.mtp_linear_proj.{i}.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+    ),
+    MtpFamily(
+        key="longcat_flash",
+        display="LongCat-Flash",
+        model_types=("longcat_flash",),
+        architectures=("LongcatFlashForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=1,
+        layer_prefix="model.mtp.layers.{i}.",
+        specific=(
+            "model.mtp.layers.{i}.eh_proj.weight",
+            "model.mtp.layers.{i}.enorm.m.weight",
+            "model.mtp.layers.{i}.hnorm.m.weight",
+            "model.mtp.norm.weight",
+            "model.mtp.layers.{i}.input_layernorm.weight",
+            "model.mtp.layers.{i}.post_attention_layernorm.weight",
+            *(
+                f"model.mtp.layers.{{i}}.self_attn.{name}.weight"
+                for name in (
+                    "q_a_proj",
+                    "q_b_proj",
+                    "kv_a_proj_with_mqa",
+                    "kv_b_proj",
+                    "o_proj",
+                    "q_a_layernorm",
+                    "kv_a_layernorm",
+                )
+            ),
+            *(
+                f"model.mtp.layers.{{i}}.transformer_layer.mlp.{name}_proj.weight"
+                for name in ("gate", "up", "down")
+            ),
+        ),
+        projection="model.mtp.layers.{i}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        copies=(SharedCopy("model.mtp.embed_tokens.weight", "model.embed_tokens.weight"),),
+        copy_policy=CopyPolicy.OPTIONAL,
+        inner_mirrors_main=False,
+        notes="the MTP block is a dense layer unlike the main layers, so its tensors are listed",
+    ),
+)
+
+FAMILY_BY_NAME: dict[str, MtpFamily] = {f.key: f for f in FAMILIES}
+FAMILY_BY_MODEL_TYPE: dict[str, MtpFamily] = {t: f for f in FAMILIES for t in f.model_types}
+
+GENERIC_COUNT_KEYS = (
+    "num_nextn_predict_layers",
+    "mtp_num_hidden_layers",
+    "num_mtp_layers",
+    "mtp_num_layers",
+    "mtp_config.num_nextn_predict_layers",
+)
+"""Count keys tried, in order, for a checkpoint of unknown family."""
+
+QUANT_COMPANION_SUFFIXES = ("_scale_inv", ".weight_scale", ".input_scale", ".weight_scale_2")
+"""Quantisation side tensors; an MTP layer kept in high precision legitimately lacks them."""

@@ -1,0 +1,71 @@
+"""How one model family lays out its MTP layers: pure data, no code paths."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class CopyPolicy(str, enum.Enum):
+    """Whether a family's HF checkpoints store MTP copies of main-model tensors."""
+
+    REQUIRED = "required"
+    """Official releases store them and serving engines load them; absence is damage."""
+    OPTIONAL = "optional"
+    """Some releases store them, some do not (GLM-4.5 does, GLM-4.6 does not)."""
+    NONE = "none"
+    """The family never stores them; the MTP layer reuses the main tensors."""
+
+
+class ConcatOrder(str, enum.Enum):
+    """Which half of the projection's 2H input columns multiplies which input."""
+
+    EMBEDDING_FIRST = "embedding-first"
+    """``proj(cat(norm(embedding), norm(hidden)))``: DeepSeek, GLM, Qwen3-Next, Megatron."""
+    HIDDEN_FIRST = "hidden-first"
+    """``proj(cat(norm(hidden), norm(embedding)))``: MiMo."""
+
+
+@dataclass(frozen=True)
+class SharedCopy:
+    """An MTP tensor that is a stored copy of a main-model tensor."""
+
+    template: str
+    """Name of the copy; ``{n}``/``{i}`` placeholders as in :class:`MtpFamily`."""
+    main: str
+    """Name of the main-model tensor it copies."""
+
+
+@dataclass(frozen=True)
+class MtpFamily:
+    """The MTP layout of one family of checkpoints.
+
+    Templates are full tensor names with placeholders: ``{i}`` is the 0-based MTP depth and
+    ``{n}`` the absolute layer number ``num_hidden_layers + i``. A template without either
+    placeholder names a tensor shared by all MTP layers and is counted with layer 0.
+    """
+
+    key: str
+    """Registry key; also the ``model_type`` most checkpoints of the family carry."""
+    display: str
+    model_types: tuple[str, ...]
+    architectures: tuple[str, ...]
+    count_keys: tuple[str, ...]
+    """Config keys (dotted for nesting) that declare the MTP count; the first present wins."""
+    default_count: int | None
+    """Count serving engines assume when no key is present; None means undeclared."""
+    layer_prefix: str
+    """Prefix under which the MTP layer's own decoder block lives."""
+    specific: tuple[str, ...]
+    """MTP-only tensors (norms, projection) an MTP layer must hold."""
+    projection: str
+    """Template of the ``[H, 2H]`` projection tensor."""
+    concat_order: ConcatOrder
+    copies: tuple[SharedCopy, ...] = ()
+    copy_policy: CopyPolicy = CopyPolicy.NONE
+    main_shared: tuple[str, ...] = ("model.embed_tokens.weight", "lm_head.weight")
+    """Main tensors the MTP layer uses (embedding, output head); part of the MTP diff scope."""
+    main_layer_prefix: str = "model.layers.{k}."
+    inner_mirrors_main: bool = True
+    """True when the MTP decoder block has the tensor set of a main decoder layer."""
+    notes: str = ""

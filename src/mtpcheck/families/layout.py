@@ -1,0 +1,313 @@
+"""Locate a checkpoint's MTP layers from its config and tensor names (pure functions)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mtpcheck.errors import ConfigError
+from mtpcheck.families.catalog import (
+    FAMILIES,
+    FAMILY_BY_MODEL_TYPE,
+    GENERIC_COUNT_KEYS,
+    QUANT_COMPANION_SUFFIXES,
+)
+from mtpcheck.families.interface import CopyPolicy, MtpFamily
+from mtpcheck.model import MtpLayerReport, TensorMeta
+
+_MISSING = object()
+_ONE_BYTE_FLOATS = ("F8_E4M3", "F8_E5M2")
+
+
+@dataclass(frozen=True)
+class DeclaredCount:
+    """The MTP layer count a config declares, and which key (if any) declared it."""
+
+    value: int | None
+    source: str
+    from_key: bool
+
+
+@dataclass(frozen=True)
+class MtpAnalysis:
+    """Where a checkpoint's MTP layers are, and which of their tensors are missing."""
+
+    family: MtpFamily | None
+    model_type: str | None
+    declared: DeclaredCount
+    num_hidden_layers: int | None
+    layers: tuple[MtpLayerReport, ...]
+    copies: tuple[tuple[str, str], ...]
+    """(copy tensor, main tensor) pairs for copies present in the checkpoint."""
+    reference_layers: Mapping[int, str]
+    """MTP depth -> prefix of the main decoder layer its block was compared against."""
+
+    @property
+    def mtp_names(self) -> frozenset[str]:
+        return frozenset(n for layer in self.layers for n in layer.present)
+
+    @property
+    def complete_layers(self) -> int:
+        return sum(1 for layer in self.layers if layer.complete and layer.present)
+
+    def scope(self, tensors: Mapping[str, TensorMeta]) -> frozenset[str]:
+        """MTP tensors plus the main embedding and head they share, as present."""
+        shared = self.family.main_shared if self.family else _DEFAULT_SHARED
+        return self.mtp_names | {n for n in shared if n in tensors}
+
+
+_DEFAULT_SHARED = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def lookup(config: Mapping[str, Any], dotted: str) -> Any:
+    """Return the value at a dotted key path, or the module's missing sentinel."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:
+    """Pick a family by ``model_type``, then by ``architectures``; None when unknown."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in FAMILY_BY_MODEL_TYPE:
+        return FAMILY_BY_MODEL_TYPE[model_type]
+    archs = config.get("architectures")
+    if isinstance(archs, list):
+        for family in FAMILIES:
+            if any(a in family.architectures for a in archs):
+                return family
+    return None
+
+
+def declared_count(
+    config: Mapping[str, Any], family: MtpFamily | None, config_path: str | None
+) -> DeclaredCount:
+    """Read the declared MTP count; a value of the wrong type is a :class:`ConfigError`."""
+    keys = family.count_keys if family else GENERIC_COUNT_KEYS
+    for key in keys:
+        for path in (key, f"text_config.{key}"):
+            value = lookup(config, path)
+            if value is _MISSING:
+                continue
+            if not _non_negative_int(value):
+                raise ConfigError(
+                    config_path or "config.json",
+                    f"{path} is {value!r}; expected a non-negative integer",
+                )
+            return DeclaredCount(value, path, True)
+    if not config:
+        return DeclaredCount(None, "no config.json", False)
+    if family and family.default_count is not None:
+        return DeclaredCount(
+            family.default_count,
+            f"no count key; {family.display} loaders assume {family.default_count}",
+            False,
+        )
+    return DeclaredCount(None, f"no {' / '.join(keys[:2])} in config", False)
+
+
+def _hidden_layers(config: Mapping[str, Any], config_path: str | None) -> int | None:
+    for path in ("num_hidden_layers", "text_config.num_hidden_layers"):
+        value = lookup(config, path)
+        if value is _MISSING:
+            continue
+        if not _non_negative_int(value):
+            raise ConfigError(
+                config_path or "config.json",
+                f"{path} is {value!r}; expected a non-negative integer",
+            )
+        return int(value)
+    return None
+
+
+def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
+    body = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{n\}", r"(?P<n>\d+)")
+    return re.compile("^" + body + ("" if prefix_only else "$"))
+
+
+def _fill(template: str, i: int, base: int) -> str:
+    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
+
+
+def _infer_base(family: MtpFamily, names: list[str]) -> int:
+    """Without num_hidden_layers, take N as the first layer holding an MTP-only tensor."""
+    found = []
+    for template in family.specific:
+        if "{n}" not in template:
+            continue
+        pattern = _pattern(template, prefix_only=False)
+        found.extend(int(m.group("n")) for n in names if (m := pattern.match(n)))
+    if found:
+        return min(found)
+    main = _pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
+    layers = [int(m.group("n")) for n in names if (m := main.match(n))]
+    return max(layers) + 1 if layers else 0
+
+
+def _main_layers(
+    family: MtpFamily, names: list[str], base: int | None
+) -> dict[int, frozenset[str]]:
+    pattern = _pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
+    grouped: dict[int, set[str]] = {}
+    for name in names:
+        m = pattern.match(name)
+        if m is None:
+            continue
+        k = int(m.group("n"))
+        if base is not None and k >= base:
+            continue
+        grouped.setdefault(k, set()).add(name[m.end() :])
+    return {k: frozenset(v) for k, v in grouped.items()}
+
+
+def _is_companion(rel: str) -> bool:
+    return rel.endswith(QUANT_COMPANION_SUFFIXES)
+
+
+def _companion_base(rel: str) -> str:
+    for suffix in QUANT_COMPANION_SUFFIXES:
+        if rel.endswith(suffix):
+            stem = rel[: -len(suffix)]
+            return stem if suffix == "_scale_inv" else stem + ".weight"
+    return rel
+
+
+def _pick_reference(
+    main: dict[int, frozenset[str]], inner: set[str]
+) -> tuple[int, frozenset[str]] | None:
+    """The main layer sharing the most tensor names with the MTP block (latest on ties)."""
+    if not main:
+        return None
+    best = max(main, key=lambda k: (len(main[k] & inner), k))
+    return best, main[best]
+
+
+def analyse(
+    config: Mapping[str, Any], tensors: Mapping[str, TensorMeta], config_path: str | None = None
+) -> MtpAnalysis:
+    """Find the MTP layers of a checkpoint and what each one lacks."""
+    family = detect_family(config)
+    declared = declared_count(config, family, config_path)
+    hidden = _hidden_layers(config, config_path)
+    model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
+    names = sorted(tensors)
+    if family is None:
+        return _analyse_unknown(model_type, declared, hidden, names, tensors)
+
+    base = hidden if hidden is not None else _infer_base(family, names)
+    templates = [family.layer_prefix, *family.specific, *(c.template for c in family.copies)]
+    members: dict[int, set[str]] = {}
+    for template in templates:
+        pattern = _pattern(template, prefix_only=template == family.layer_prefix)
+        for name in names:
+            m = pattern.match(name)
+            if m is None:
+                continue
+            groups = m.groupdict()
+            if "n" in groups:
+                i = int(groups["n"]) - base
+            elif "i" in groups:
+                i = int(groups["i"])
+            else:
+                i = 0
+            if i >= 0:
+                members.setdefault(i, set()).add(name)
+
+    main = _main_layers(family, names, base)
+    wanted = set(members) | set(range(declared.value or 0))
+    layers = []
+    references: dict[int, str] = {}
+    copies: list[tuple[str, str]] = []
+    for i in sorted(wanted):
+        present = members.get(i, set())
+        own = {_fill(t, i, base) for t in family.specific if i == 0 or "{" in t}
+        missing = own - present
+        for copy in family.copies:
+            name = _fill(copy.template, i, base)
+            if name in present:
+                copies.append((name, copy.main))
+            elif family.copy_policy is CopyPolicy.REQUIRED:
+                missing.add(name)
+        prefix = _fill(family.layer_prefix, i, base)
+        copy_names = {_fill(c.template, i, base) for c in family.copies}
+        inner = {n[len(prefix) :] for n in present - own - copy_names if n.startswith(prefix)}
+        if family.inner_mirrors_main:
+            picked = _pick_reference(main, inner)
+            if picked is not None:
+                k, expected = picked
+                references[i] = family.main_layer_prefix.replace("{k}", str(k))
+                for rel in expected - inner:
+                    if _is_companion(rel):
+                        base_meta = tensors.get(prefix + _companion_base(rel))
+                        if base_meta is None or base_meta.dtype not in _ONE_BYTE_FLOATS:
+                            continue
+                    missing.add(prefix + rel)
+        layers.append(_layer_report(i, prefix, present, missing, tensors))
+    return MtpAnalysis(
+        family=family,
+        model_type=model_type,
+        declared=declared,
+        num_hidden_layers=hidden,
+        layers=tuple(layers),
+        copies=tuple(copies),
+        reference_layers=references,
+    )
+
+
+def _layer_report(
+    i: int, prefix: str, present: set[str], missing: set[str], tensors: Mapping[str, TensorMeta]
+) -> MtpLayerReport:
+    metas = [tensors[n] for n in present]
+    return MtpLayerReport(
+        index=i,
+        prefix=prefix,
+        present=tuple(sorted(present)),
+        missing=tuple(sorted(missing)),
+        nbytes=sum(m.nbytes for m in metas),
+        dtypes=tuple(sorted({m.dtype for m in metas})),
+    )
+
+
+_LAYER_NAME = re.compile(r"^(?:model\.)?(?:language_model\.)?layers\.(\d+)\.")
+_MTP_WORDS = ("mtp", "nextn", "eh_proj")
+
+
+def _analyse_unknown(
+    model_type: str | None,
+    declared: DeclaredCount,
+    hidden: int | None,
+    names: list[str],
+    tensors: Mapping[str, TensorMeta],
+) -> MtpAnalysis:
+    """Name heuristics: layers numbered at or past num_hidden_layers, or names saying mtp."""
+    members: dict[int, set[str]] = {}
+    for name in names:
+        m = _LAYER_NAME.match(name)
+        if m and hidden is not None and int(m.group(1)) >= hidden:
+            members.setdefault(int(m.group(1)) - hidden, set()).add(name)
+            continue
+        parts = name.split(".")
+        hits = [j for j, p in enumerate(parts) if any(w in p for w in _MTP_WORDS)]
+        if not hits:
+            continue
+        index = next((int(p) for p in parts[hits[0] + 1 :] if p.isdigit()), 0)
+        members.setdefault(index, set()).add(name)
+    layers = tuple(_layer_report(i, "", members[i], set(), tensors) for i in sorted(members))
+    return MtpAnalysis(
+        family=None,
+        model_type=model_type,
+        declared=declared,
+        num_hidden_layers=hidden,
+        layers=layers,
+        copies=(),
+        reference_layers={},
+    )

@@ -1,0 +1,29 @@
+"""Checkpoint format readers, selected by sniffing the input path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtpcheck.errors import InputError
+from mtpcheck.formats.hf_safetensors import HfSafetensorsReader
+from mtpcheck.formats.interface import CheckpointReader
+from mtpcheck.model import Checkpoint
+
+READERS: tuple[CheckpointReader, ...] = (HfSafetensorsReader(),)
+"""Every known reader, in sniffing order."""
+
+READER_BY_FORMAT: dict[str, CheckpointReader] = {r.name: r for r in READERS}
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Open ``path`` with the first reader that recognises it."""
+    p = Path(path)
+    if not p.exists() and not p.is_symlink():
+        raise InputError(p, "no such file or directory")
+    for reader in READERS:
+        if reader.sniff(p):
+            return reader.open(p)
+    raise InputError(p, "not a recognised checkpoint (no safetensors weights found)")
+
+
+__all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint"]

@@ -1,0 +1,265 @@
+"""Hugging Face checkpoints stored as safetensors.
+
+Accepted inputs: a single ``*.safetensors`` file; a ``*.safetensors.index.json`` file; a
+directory holding either; a directory of shards without an index; a Hugging Face cache
+repository (``models--org--name`` with ``snapshots/``) or one of its snapshots, whose files
+are symlinks to blobs. Only headers are read when opening; tensor bytes are read on demand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mtpcheck.errors import InputError
+from mtpcheck.formats.chunked_read import read_tensor_chunks
+from mtpcheck.formats.config_json import read_config
+from mtpcheck.formats.safetensors_header import ShardHeader, read_header
+from mtpcheck.model import IntegrityIssue, TensorMeta
+
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class HfCheckpoint:
+    """An opened Hugging Face safetensors checkpoint."""
+
+    path: str
+    config: Mapping[str, Any]
+    config_path: str | None
+    tensors: Mapping[str, TensorMeta]
+    issues: tuple[IntegrityIssue, ...]
+    format: str = "hf-safetensors"
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        return read_tensor_chunks(self.tensors[name], chunk_bytes)
+
+
+class HfSafetensorsReader:
+    """Reader for Hugging Face safetensors checkpoints."""
+
+    name = "hf-safetensors"
+
+    def sniff(self, path: Path) -> bool:
+        if path.is_file():
+            return path.name.endswith((".safetensors", INDEX_SUFFIX, "config.json"))
+        if not path.is_dir():
+            return False
+        return (path / "snapshots").is_dir() or any(path.glob("*.safetensors*"))
+
+    def open(self, path: Path) -> HfCheckpoint:
+        root, index_file, single = _locate(path)
+        config, config_path = _load_config(root)
+        if index_file is not None:
+            tensors, issues = _open_indexed(root, index_file)
+        else:
+            shards = [single] if single else sorted(root.glob("*.safetensors"))
+            tensors, issues = _open_unindexed(shards)
+        return HfCheckpoint(
+            path=str(path),
+            config=config,
+            config_path=config_path,
+            tensors=tensors,
+            issues=tuple(issues),
+        )
+
+
+def _locate(path: Path) -> tuple[Path, Path | None, Path | None]:
+    """Return (directory, index file or None, single shard or None) for an input path."""
+    if not path.exists():
+        if path.is_symlink():
+            raise InputError(path, "broken symlink")
+        raise InputError(path, "no such file or directory")
+    if path.is_file():
+        if path.name.endswith(INDEX_SUFFIX):
+            return path.parent, path, None
+        if path.name.endswith(".safetensors"):
+            return path.parent, None, path
+        if path.name == "config.json":
+            return _locate(path.parent)
+        raise InputError(path, "not a safetensors file, index or checkpoint directory")
+    root = _resolve_hf_cache(path)
+    indexes = sorted(root.glob("*" + INDEX_SUFFIX))
+    if len(indexes) > 1:
+        preferred = root / ("model" + INDEX_SUFFIX)
+        if preferred not in indexes:
+            names = ", ".join(p.name for p in indexes)
+            raise InputError(root, f"several safetensors indexes ({names}); pass one of them")
+        indexes = [preferred]
+    if indexes:
+        return root, indexes[0], None
+    if any(root.glob("*.safetensors")):
+        return root, None, None
+    if any(root.glob("*.bin")) or any(root.glob("*.pt")):
+        raise InputError(root, "holds only PyTorch pickle weights; mtpcheck reads safetensors")
+    raise InputError(
+        root, "no safetensors weights found (*.safetensors or *.safetensors.index.json)"
+    )
+
+
+def _resolve_hf_cache(path: Path) -> Path:
+    """Map a Hugging Face cache repository folder to the snapshot that ``refs/main`` names."""
+    snapshots = path / "snapshots"
+    if not snapshots.is_dir():
+        return path
+    ref = path / "refs" / "main"
+    if ref.is_file():
+        revision = ref.read_text(encoding="utf-8").strip()
+        if (snapshots / revision).is_dir():
+            return snapshots / revision
+    candidates = sorted(p for p in snapshots.iterdir() if p.is_dir())
+    if len(candidates) == 1:
+        return candidates[0]
+    raise InputError(path, f"Hugging Face cache with {len(candidates)} snapshots; pass one of them")
+
+
+def _load_config(root: Path) -> tuple[dict[str, Any], str | None]:
+    config_path = root / "config.json"
+    if not config_path.exists():
+        return {}, None
+    return read_config(config_path), str(config_path)
+
+
+def _read_index(index_file: Path) -> dict[str, str]:
+    try:
+        raw = json.loads(index_file.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(index_file, e.strerror or str(e)) from e
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(index_file, f"invalid JSON ({e})") from e
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise InputError(index_file, "index has no weight_map object of tensor name -> shard file")
+    for shard in set(weight_map.values()):
+        pure = PurePosixPath(shard)
+        if pure.is_absolute() or ".." in pure.parts or "\\" in shard:
+            raise InputError(index_file, f"shard {shard!r} points outside the checkpoint folder")
+        if not shard.endswith(".safetensors"):
+            raise InputError(index_file, f"shard {shard!r} is not a .safetensors file")
+    return weight_map
+
+
+def _open_indexed(
+    root: Path, index_file: Path
+) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+    weight_map = _read_index(index_file)
+    issues: list[IntegrityIssue] = []
+    headers: dict[str, ShardHeader] = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = root / shard
+        if not shard_path.exists():
+            expected = sorted(n for n, s in weight_map.items() if s == shard)
+            issues.append(
+                IntegrityIssue(
+                    "missing-shard",
+                    shard,
+                    f"index names shard {shard} ({len(expected)} tensors) but the file is missing",
+                )
+            )
+            continue
+        headers[shard] = read_header(str(shard_path))
+    issues.extend(_truncation_issues(headers.values(), root))
+
+    tensors: dict[str, TensorMeta] = {}
+    holders: dict[str, list[str]] = {}
+    for shard, header in headers.items():
+        for name in header.tensors:
+            holders.setdefault(name, []).append(shard)
+    for name, shard in sorted(weight_map.items()):
+        if shard not in headers:
+            continue
+        where = holders.get(name, [])
+        if shard in where:
+            tensors[name] = headers[shard].tensors[name]
+        elif where:
+            issues.append(
+                IntegrityIssue(
+                    "index-wrong-shard",
+                    name,
+                    f"index places {name} in {shard}, but it is in {', '.join(where)}",
+                )
+            )
+            tensors[name] = headers[where[0]].tensors[name]
+        else:
+            issues.append(
+                IntegrityIssue(
+                    "tensor-not-in-shard", name, f"index places {name} in {shard}, which lacks it"
+                )
+            )
+    for name, where in sorted(holders.items()):
+        if len(where) > 1:
+            issues.append(
+                IntegrityIssue(
+                    "tensor-in-two-shards", name, f"{name} is stored in {' and '.join(where)}"
+                )
+            )
+        if name not in weight_map:
+            issues.append(
+                IntegrityIssue(
+                    "unindexed-tensor",
+                    name,
+                    f"{name} is in {where[0]} but not in the index (loaders will not see it)",
+                )
+            )
+    named = set(weight_map.values())
+    issues.extend(
+        IntegrityIssue(
+            "unindexed-shard",
+            extra.name,
+            f"{extra.name} sits beside the index but the index does not mention it",
+        )
+        for extra in sorted(root.glob("*.safetensors"))
+        if extra.name not in named
+    )
+    return tensors, issues
+
+
+def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+    issues: list[IntegrityIssue] = []
+    tensors: dict[str, TensorMeta] = {}
+    headers = [read_header(str(p)) for p in shards]
+    issues.extend(_truncation_issues(headers, shards[0].parent if shards else Path(".")))
+    for header in headers:
+        for name, meta in header.tensors.items():
+            if name in tensors:
+                first = Path(tensors[name].file).name
+                issues.append(
+                    IntegrityIssue(
+                        "tensor-in-two-shards",
+                        name,
+                        f"{name} is stored in {first} and {Path(header.path).name}",
+                    )
+                )
+                continue
+            tensors[name] = meta
+    return tensors, issues
+
+
+def _truncation_issues(headers: Any, root: Path) -> list[IntegrityIssue]:
+    issues = []
+    for header in headers:
+        name = Path(header.path).name
+        if header.truncated:
+            cut = sorted(n for n, m in header.tensors.items() if not m.readable)
+            issues.append(
+                IntegrityIssue(
+                    "truncated-shard",
+                    name,
+                    f"{name} is truncated: header declares {header.data_bytes_declared} data "
+                    f"bytes, the file holds {header.data_bytes_on_disk} "
+                    f"({len(cut)} tensors cut off)",
+                )
+            )
+        elif header.data_bytes_on_disk > header.data_bytes_declared:
+            extra = header.data_bytes_on_disk - header.data_bytes_declared
+            issues.append(
+                IntegrityIssue(
+                    "trailing-bytes", name, f"{name} has {extra} bytes after the last tensor"
+                )
+            )
+    return issues

@@ -1,0 +1,179 @@
+"""Core data types: tensor metadata, the checkpoint contract and the report.
+
+This module is the leaf of the package: it imports nothing from mtpcheck and only the
+standard library, so every other layer can depend on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Where one tensor lives on disk, as its file header declares it."""
+
+    name: str
+    dtype: str
+    """Safetensors dtype code, e.g. ``BF16`` or ``F8_E4M3``."""
+    shape: tuple[int, ...]
+    file: str
+    """Path of the file holding the bytes."""
+    offset: int
+    """Absolute byte offset of the first data byte in ``file``."""
+    nbytes: int
+    readable: bool = True
+    """False when the file ends before the tensor's last byte (a truncated shard)."""
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class IntegrityIssue:
+    """A structural problem a reader found while opening a checkpoint (not fatal)."""
+
+    kind: str
+    """Short machine name, e.g. ``missing-shard`` or ``tensor-in-two-shards``."""
+    subject: str
+    message: str
+
+
+@runtime_checkable
+class Checkpoint(Protocol):
+    """An opened checkpoint, whatever its on-disk format."""
+
+    path: str
+    format: str
+    """Format name, e.g. ``hf-safetensors``."""
+    config: Mapping[str, Any]
+    """Parsed model config (``{}`` when the checkpoint ships none)."""
+    config_path: str | None
+    tensors: Mapping[str, TensorMeta]
+    """Every tensor the checkpoint holds, by its native name."""
+    issues: tuple[IntegrityIssue, ...]
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """Yield the raw bytes of tensor ``name`` in order, at most ``chunk_bytes`` at a time."""
+        ...
+
+
+class Status(str, enum.Enum):
+    """Outcome of one check or finding. Only FAIL makes a verdict fail."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation of a check about one subject (a tensor, a key, a layer)."""
+
+    subject: str
+    status: Status
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The findings of one named check; it fails when any finding fails."""
+
+    name: str
+    title: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def status(self) -> Status:
+        statuses = {f.status for f in self.findings}
+        for s in (Status.FAIL, Status.WARN, Status.PASS, Status.INFO):
+            if s in statuses:
+                return s
+        return Status.SKIP
+
+
+class TensorStatus(str, enum.Enum):
+    """Verdict of the tensor matcher for one tensor name."""
+
+    EQUAL = "equal"
+    MISSING = "missing"
+    EXTRA = "extra"
+    SHAPE_CHANGED = "shape_changed"
+    DTYPE_CHANGED = "dtype_changed"
+    BITS_DIFFER = "bits_differ"
+    UNREADABLE = "unreadable"
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """Byte-level comparison of one tensor between two checkpoints."""
+
+    name: str
+    status: TensorStatus
+    dtype: tuple[str | None, str | None]
+    shape: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    nbytes: int = 0
+    differing_elements: int = 0
+    first_difference: tuple[int, ...] | None = None
+    """Index (in the tensor's shape) of the first differing element."""
+    max_abs_diff: float | None = None
+    """Context only: the verdict is decided by bytes, never by this value."""
+
+
+@dataclass(frozen=True)
+class MtpLayerReport:
+    """One MTP layer as found in a checkpoint."""
+
+    index: int
+    prefix: str
+    present: tuple[str, ...]
+    missing: tuple[str, ...]
+    nbytes: int
+    dtypes: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """What mtpcheck learned about one input checkpoint."""
+
+    path: str
+    format: str
+    family: str | None
+    """Registry key of the MTP family, or None when unknown."""
+    family_display: str
+    model_type: str | None
+    declared_mtp: int | None
+    declared_by: str
+    """Which config key declared the count, or why none did."""
+    num_hidden_layers: int | None
+    tensor_count: int
+    total_bytes: int
+    mtp_layers: tuple[MtpLayerReport, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A finished run: inputs, checks, tensor comparisons. Renderers only read this."""
+
+    command: str
+    inputs: tuple[CheckpointSummary, ...]
+    checks: tuple[CheckResult, ...]
+    tensors: tuple[TensorComparison, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status is not Status.FAIL for c in self.checks)

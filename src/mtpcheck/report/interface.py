@@ -1,0 +1,15 @@
+"""The contract every report renderer implements."""
+
+from __future__ import annotations
+
+from typing import Protocol, TextIO
+
+from mtpcheck.model import Report
+
+
+class Renderer(Protocol):
+    """Writes a finished :class:`Report` to a text stream; computes nothing."""
+
+    name: str
+
+    def render(self, report: Report, stream: TextIO) -> None: ...

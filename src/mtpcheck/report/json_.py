@@ -1,0 +1,98 @@
+"""Machine-readable JSON report (schema documented in README, ``schema_version`` 1)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from mtpcheck import __version__
+from mtpcheck.model import CheckpointSummary, Report, TensorComparison
+
+SCHEMA_VERSION = 1
+
+
+def _input(s: CheckpointSummary) -> dict[str, Any]:
+    return {
+        "path": s.path,
+        "format": s.format,
+        "family": s.family,
+        "family_display": s.family_display,
+        "model_type": s.model_type,
+        "declared_mtp_layers": s.declared_mtp,
+        "declared_by": s.declared_by,
+        "num_hidden_layers": s.num_hidden_layers,
+        "tensor_count": s.tensor_count,
+        "total_bytes": s.total_bytes,
+        "mtp_layers": [
+            {
+                "index": layer.index,
+                "prefix": layer.prefix,
+                "complete": layer.complete,
+                "tensors": list(layer.present),
+                "missing": list(layer.missing),
+                "nbytes": layer.nbytes,
+                "dtypes": list(layer.dtypes),
+            }
+            for layer in s.mtp_layers
+        ],
+    }
+
+
+def _tensor(c: TensorComparison) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "status": c.status.value,
+        "dtype": list(c.dtype),
+        "shape": [list(s) if s is not None else None for s in c.shape],
+        "nbytes": c.nbytes,
+        "differing_elements": c.differing_elements,
+        "first_difference": list(c.first_difference) if c.first_difference else None,
+        "max_abs_diff": c.max_abs_diff,
+    }
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mtpcheck", "version": __version__},
+        "command": report.command,
+        "ok": report.ok,
+        "inputs": [_input(s) for s in report.inputs],
+        "checks": [
+            {
+                "name": c.name,
+                "title": c.title,
+                "status": c.status.value,
+                "findings": [
+                    {
+                        "subject": f.subject,
+                        "status": f.status.value,
+                        "message": f.message,
+                        "details": dict(f.details),
+                    }
+                    for f in c.findings
+                ],
+            }
+            for c in report.checks
+        ],
+        "tensors": [_tensor(c) for c in report.tensors],
+    }
+
+
+def error_dict(command: str, path: str, reason: str) -> dict[str, Any]:
+    """The JSON printed instead of a report when an input cannot be read (exit 2)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "mtpcheck", "version": __version__},
+        "command": command,
+        "ok": False,
+        "error": {"path": path, "reason": reason},
+    }
+
+
+class JsonRenderer:
+    name = "json"
+
+    def render(self, report: Report, stream: TextIO) -> None:
+        json.dump(report_dict(report), stream, indent=2)
+        stream.write("\n")
