@@ -247,8 +247,9 @@ def analyse(
                 references[i] = family.main_layer_prefix.replace("{k}", str(k))
                 for rel in expected - inner:
                     if _is_companion(rel):
+                        # A scale is needed only where the MTP weight itself is FP8 (or gone).
                         base_meta = tensors.get(prefix + _companion_base(rel))
-                        if base_meta is None or base_meta.dtype not in _ONE_BYTE_FLOATS:
+                        if base_meta is not None and base_meta.dtype not in _ONE_BYTE_FLOATS:
                             continue
                     missing.add(prefix + rel)
         layers.append(_layer_report(i, prefix, present, missing, tensors))

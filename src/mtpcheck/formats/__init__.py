@@ -18,12 +18,14 @@ READER_BY_FORMAT: dict[str, CheckpointReader] = {r.name: r for r in READERS}
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """Open ``path`` with the first reader that recognises it."""
     p = Path(path)
-    if not p.exists() and not p.is_symlink():
-        raise InputError(p, "no such file or directory")
+    if not p.exists():
+        reason = "broken symlink or symlink loop" if p.is_symlink() else "no such file or directory"
+        raise InputError(p, reason)
     for reader in READERS:
         if reader.sniff(p):
             return reader.open(p)
-    raise InputError(p, "not a recognised checkpoint (no safetensors weights found)")
+    # No reader recognises it: the default reader explains what it looked for.
+    return READERS[0].open(p)
 
 
 __all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint"]

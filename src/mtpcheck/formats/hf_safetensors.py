@@ -71,7 +71,7 @@ def _locate(path: Path) -> tuple[Path, Path | None, Path | None]:
     """Return (directory, index file or None, single shard or None) for an input path."""
     if not path.exists():
         if path.is_symlink():
-            raise InputError(path, "broken symlink")
+            raise InputError(path, "broken symlink or symlink loop")
         raise InputError(path, "no such file or directory")
     if path.is_file():
         if path.name.endswith(INDEX_SUFFIX):

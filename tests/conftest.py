@@ -1,0 +1,81 @@
+"""Shared helpers: fixture copies, a torch-free safetensors writer, a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mtpcheck.cli import cli
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FAMILY_FIXTURES = ("deepseek_v3", "glm4_moe", "glm_moe_dsa", "qwen3_next", "mimo")
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], bytes]]) -> None:
+    """Write a safetensors file from raw bytes, in name order, without torch."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + len(data)],
+        }
+        offset += len(data)
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name in sorted(tensors):
+            f.write(tensors[name][2])
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path) -> Callable[[str], Path]:
+    """Copy a shipped fixture into tmp_path so a test can damage it."""
+
+    def copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(FIXTURES / name, dst)
+        return dst
+
+    return copy
+
+
+@dataclass
+class Run:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"exit {self.exit_code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., Run]:
+    """Invoke the CLI in-process; returns exit code, stdout and stderr separately."""
+
+    def run(*args: str | Path) -> Run:
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        return Run(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
+    """Flip one bit of the byte at ``offset`` in ``path``, in place."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ (1 << bit)]))

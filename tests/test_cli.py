@@ -1,0 +1,163 @@
+"""Every exit code and output format of the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from mtpcheck.report.json_ import SCHEMA_VERSION
+from tests.conftest import FAMILY_FIXTURES, FIXTURES
+
+
+@pytest.mark.parametrize("name", FAMILY_FIXTURES)
+def test_every_fixture_inspects_clean(run_cli, name: str) -> None:
+    run = run_cli("inspect", FIXTURES / name)
+    assert run.exit_code == 0, run
+    assert "verdict: PASS" in run.stdout
+
+
+def test_json_schema(run_cli) -> None:
+    run = run_cli("inspect", FIXTURES / "deepseek_v3", "--format", "json")
+    assert run.exit_code == 0, run
+    report = json.loads(run.stdout)
+    assert report["schema_version"] == SCHEMA_VERSION
+    assert (report["command"], report["ok"]) == ("inspect", True)
+    assert report["tool"]["name"] == "mtpcheck"
+    (inp,) = report["inputs"]
+    assert inp["family"] == "deepseek_v3" and inp["declared_mtp_layers"] == 1
+    (layer,) = inp["mtp_layers"]
+    assert (
+        layer["complete"] and layer["prefix"] == "model.layers.2." and len(layer["tensors"]) == 32
+    )
+    assert [c["name"] for c in report["checks"]] == [
+        "integrity",
+        "family",
+        "mtp-count",
+        "mtp-layers",
+        "shared-copies",
+    ]
+    for check in report["checks"]:
+        assert check["status"] in {"pass", "fail", "warn", "skip", "info"}
+        assert all({"subject", "status", "message", "details"} <= set(f) for f in check["findings"])
+
+
+def test_diff_json_lists_every_tensor_in_scope(run_cli) -> None:
+    run = run_cli("diff", FIXTURES / "glm4_moe", FIXTURES / "glm4_moe", "--format", "json")
+    report = json.loads(run.stdout)
+    assert run.exit_code == 0 and report["ok"]
+    names = {t["name"] for t in report["tensors"]}
+    assert len(names) == 36  # 34 MTP tensors + main embedding + head
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= names
+    assert all(t["status"] == "equal" for t in report["tensors"])
+    full = json.loads(
+        run_cli(
+            "diff", FIXTURES / "glm4_moe", FIXTURES / "glm4_moe", "--all", "--format", "json"
+        ).stdout
+    )
+    assert len(full["tensors"]) == 79
+
+
+def test_junit_and_markdown_files(run_cli, fixture_copy, tmp_path: Path) -> None:
+    damaged = fixture_copy("glm_moe_dsa")
+    config = json.loads((damaged / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 0
+    (damaged / "config.json").write_text(json.dumps(config))
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    run = run_cli("inspect", damaged, "--junit-xml", junit, "--markdown", md)
+    assert run.exit_code == 1, run
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("failures") == "1"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == ["integrity", "family", "mtp-count", "mtp-layers", "shared-copies"]
+    failure = cases["mtp-count"].find("failure")
+    assert failure is not None and "config declares 0" in failure.get("message", "")
+    assert cases["shared-copies"].find("skipped") is not None
+    text = md.read_text()
+    assert text.startswith("## mtpcheck inspect: ❌ FAIL")
+    assert "| ❌ | mtp-count | `mtp-count` | 1 MTP layer(s) present but config declares 0" in text
+
+
+def test_input_error_json_and_debug(run_cli, tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    run = run_cli("inspect", missing, "--format", "json")
+    assert run.exit_code == 2
+    assert json.loads(run.stdout)["error"] == {
+        "path": str(missing),
+        "reason": "no such file or directory",
+    }
+    assert run.stderr == f"mtpcheck: error: {missing}: no such file or directory\n"
+    debug = run_cli("inspect", missing, "--debug")
+    assert debug.exit_code == 2 and "Traceback" in debug.stderr
+
+
+def test_usage_error_exits_2(run_cli) -> None:
+    assert run_cli("inspect").exit_code == 2
+    assert run_cli("diff", FIXTURES / "mimo", "--format", "yaml").exit_code == 2
+
+
+def test_internal_error_exits_3(run_cli, monkeypatch) -> None:
+    import mtpcheck.checks.inspect_checks as checks
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(checks, "inspect_report", boom)
+    run = run_cli("inspect", FIXTURES / "mimo")
+    assert run.exit_code == 3
+    assert run.stderr == (
+        "mtpcheck: internal error: RuntimeError: boom (rerun with --debug for a traceback)\n"
+    )
+
+
+def test_interrupt_exits_130(run_cli, monkeypatch) -> None:
+    import mtpcheck.checks.inspect_checks as checks
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checks, "inspect_report", interrupted)
+    run = run_cli("inspect", FIXTURES / "mimo")
+    assert run.exit_code == 130 and run.stderr == "mtpcheck: interrupted\n"
+
+
+def test_python_dash_m_and_console_script_agree() -> None:
+    args = ["inspect", str(FIXTURES / "mimo"), "--format", "json"]
+    via_module = subprocess.run(
+        [sys.executable, "-m", "mtpcheck", *args], capture_output=True, text=True
+    )
+    assert via_module.returncode == 0, via_module.stderr
+    assert json.loads(via_module.stdout)["ok"] is True
+    bad = subprocess.run(
+        [sys.executable, "-m", "mtpcheck", "diff", str(FIXTURES / "mimo"), "/nonexistent"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr == "mtpcheck: error: /nonexistent: no such file or directory\n"
+
+
+HEAVY = ("torch", "transformers", "megatron", "safetensors", "numpy")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", str(FIXTURES / "deepseek_v3")],
+        ["diff", str(FIXTURES / "deepseek_v3"), str(FIXTURES / "deepseek_v3"), "--all"],
+    ],
+)
+def test_inspect_and_safetensors_diff_import_no_heavy_modules(args: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from mtpcheck.cli import main\n"
+        f"rc = main({args!r})\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print(rc, heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"

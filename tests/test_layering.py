@@ -1,0 +1,84 @@
+"""Dependencies point one way: cli -> report/checks -> families/formats -> model/errors."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "src" / "mtpcheck"
+
+# layer -> mtpcheck layers it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "model": set(),
+    "errors": set(),
+    "formats": {"model", "errors"},
+    "families": {"model", "errors"},
+    "checks": {"model", "errors", "families"},
+    "report": {"model", "errors", "__init__"},
+    "cli": {"model", "errors", "formats", "checks", "report", "__init__"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+# third-party modules a layer may import
+THIRD_PARTY: dict[str, set[str]] = {
+    "report": {"rich"},
+    "cli": {"click"},
+    "checks": {"numpy"},
+}
+STDLIB_ONLY_OR_LISTED = {
+    "click",
+    "rich",
+    "numpy",
+    "torch",
+    "transformers",
+    "megatron",
+    "safetensors",
+}
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            if node.module == "mtpcheck":
+                found.update(f"mtpcheck.{a.name}" for a in node.names)
+    return found
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_respect_layers(path: Path) -> None:
+    layer = _layer(path)
+    for name in _imports(path):
+        top, _, rest = name.partition(".")
+        if top == "mtpcheck":
+            target = rest.split(".")[0] or "__init__"
+            if target in {"__version__"}:
+                target = "__init__"
+            assert target == layer or target in ALLOWED[layer], f"{layer} imports {name}"
+        elif top in STDLIB_ONLY_OR_LISTED:
+            assert top in THIRD_PARTY.get(layer, set()), f"{layer} imports {name}"
+
+
+def test_every_module_is_in_a_known_layer() -> None:
+    assert {_layer(p) for p in MODULES} <= set(ALLOWED)
+
+
+def test_rule_catches_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("from mtpcheck.cli import main\nimport torch\n")
+    assert _imports(bad) == {"mtpcheck.cli", "torch"}
+    assert "cli" not in ALLOWED["formats"] and "torch" not in THIRD_PARTY.get("formats", set())
