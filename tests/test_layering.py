@@ -12,10 +12,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "mtpcheck"
 # layer -> mtpcheck layers it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
+    "dtypes": set(),
     "errors": set(),
-    "formats": {"model", "errors"},
+    "formats": {"model", "errors", "dtypes"},
     "families": {"model", "errors"},
-    "checks": {"model", "errors", "families"},
+    "mapping": {"model", "errors", "dtypes", "families"},
+    "checks": {"model", "errors", "dtypes", "families", "mapping"},
     "report": {"model", "errors", "__init__"},
     "cli": {"model", "errors", "formats", "checks", "report", "__init__"},
     "__main__": {"cli"},
@@ -26,6 +28,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "report": {"rich"},
     "cli": {"click"},
     "checks": {"numpy"},
+    "mapping": {"numpy"},
 }
 STDLIB_ONLY_OR_LISTED = {
     "click",

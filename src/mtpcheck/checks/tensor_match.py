@@ -11,15 +11,13 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from mtpcheck.dtypes import itemsize
 from mtpcheck.model import Checkpoint, TensorComparison, TensorMeta, TensorStatus
 
 if TYPE_CHECKING:
     import numpy as np
 
 CHUNK_BYTES = 16 * 1024 * 1024
-_ITEMSIZE = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1}
-_ITEMSIZE.update({"I16": 2, "U16": 2, "F16": 2, "BF16": 2})
-_ITEMSIZE.update({"I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8})
 
 
 def compare(
@@ -59,17 +57,18 @@ def compare(
 def _compare_bytes(
     base: TensorComparison, meta: TensorMeta, left: Iterator[bytes], right: Iterator[bytes]
 ) -> TensorComparison:
-    itemsize = _ITEMSIZE.get(meta.dtype, 1)
+    width = itemsize(meta.dtype)
+    size = width or 1
     differing = 0
     first: int | None = None
     max_diff: float | None = None
     position = 0
     for ca, cb in zip(left, right, strict=True):
         if ca != cb:
-            count, first_here, diff = _diff_chunk(ca, cb, itemsize, meta.dtype)
+            count, first_here, diff = _diff_chunk(ca, cb, size, meta.dtype)
             differing += count
             if first is None:
-                first = position // itemsize + first_here
+                first = position // size + first_here
             if diff is not None and (max_diff is None or diff > max_diff):
                 max_diff = diff
         position += len(ca)
@@ -79,7 +78,7 @@ def _compare_bytes(
         base,
         status=TensorStatus.BITS_DIFFER,
         differing_elements=differing,
-        first_difference=_unravel(first, meta.shape, byte_index=meta.dtype not in _ITEMSIZE),
+        first_difference=_unravel(first, meta.shape, byte_index=width is None),
         max_abs_diff=max_diff,
     )
 
@@ -94,11 +93,11 @@ def _unravel(flat: int, shape: tuple[int, ...], byte_index: bool) -> tuple[int, 
     return tuple(reversed(index))
 
 
-def _diff_chunk(ca: bytes, cb: bytes, itemsize: int, dtype: str) -> tuple[int, int, float | None]:
+def _diff_chunk(ca: bytes, cb: bytes, width: int, dtype: str) -> tuple[int, int, float | None]:
     """Count differing elements of two equal-length chunks; context value on the side."""
     import numpy as np
 
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
     ra = np.frombuffer(ca, dtype=uint)
     rb = np.frombuffer(cb, dtype=uint)
     mask = ra != rb

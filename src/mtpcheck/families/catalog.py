@@ -15,6 +15,12 @@ _DEEPSEEK_SPECIFIC = (
     "model.layers.{n}.eh_proj.weight",
     "model.layers.{n}.shared_head.norm.weight",
 )
+_DEEPSEEK_WRAPPER = (
+    "model.layers.{n}.enorm.weight",
+    "model.layers.{n}.hnorm.weight",
+    "model.layers.{n}.eh_proj.weight",
+    "model.layers.{n}.shared_head.norm.weight",
+)
 _DEEPSEEK_COPIES = (
     SharedCopy("model.layers.{n}.embed_tokens.weight", "model.embed_tokens.weight"),
     SharedCopy("model.layers.{n}.shared_head.head.weight", "lm_head.weight"),
@@ -43,6 +49,7 @@ def _deepseek_style(
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         copies=_DEEPSEEK_COPIES,
         copy_policy=copy_policy,
+        megatron_wrapper=_DEEPSEEK_WRAPPER,
         notes=notes,
     )
 
@@ -68,6 +75,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         copies=(_DEEPSEEK_COPIES[0],),
         copy_policy=CopyPolicy.REQUIRED,
+        megatron_wrapper=_DEEPSEEK_WRAPPER,
         notes="MTP block carries the sparse-attention indexer; shared_head.head is "
         "reported trained on its own, so only embed_tokens is compared as a copy",
     ),
@@ -133,6 +141,14 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         projection="mtp.fc.weight",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
+        megatron_wrapper=(
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.fc.weight",
+            "mtp.norm.weight",
+        ),
+        gated_attention=True,
+        shared_expert_style="shared_expert",
         notes="config.json has no count key; serving engines assume 1 MTP layer",
     ),
     MtpFamily(
@@ -151,6 +167,12 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         projection="model.mtp_layers.{i}.input_proj.weight",
         concat_order=ConcatOrder.HIDDEN_FIRST,
+        megatron_wrapper=(
+            "model.mtp_layers.{i}.token_layernorm.weight",
+            "model.mtp_layers.{i}.hidden_layernorm.weight",
+            "model.mtp_layers.{i}.input_proj.weight",
+            "model.mtp_layers.{i}.final_layernorm.weight",
+        ),
         notes="input_proj multiplies cat(hidden, embedding): halves swapped against Megatron",
     ),
     MtpFamily(
@@ -209,6 +231,31 @@ FAMILIES: tuple[MtpFamily, ...] = (
         notes="the MTP block is a dense layer unlike the main layers, so its tensors are listed",
     ),
 )
+
+MEGATRON = MtpFamily(
+    key="megatron",
+    display="Megatron-Core GPT",
+    model_types=("megatron",),
+    architectures=(),
+    count_keys=("mtp_num_layers",),
+    default_count=None,
+    layer_prefix="mtp.layers.{i}.transformer_layer.",
+    specific=(
+        "mtp.layers.{i}.enorm.weight",
+        "mtp.layers.{i}.hnorm.weight",
+        "mtp.layers.{i}.eh_proj.weight",
+        "mtp.layers.{i}.final_layernorm.weight",
+    ),
+    projection="mtp.layers.{i}.eh_proj.weight",
+    concat_order=ConcatOrder.EMBEDDING_FIRST,
+    main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
+    main_layer_prefix="decoder.layers.{k}.",
+    hidden_layers_key="num_layers",
+    notes="native Megatron names; embedding and output head are shared with the main model",
+)
+"""Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""
+
+FAMILIES = (*FAMILIES, MEGATRON)
 
 FAMILY_BY_NAME: dict[str, MtpFamily] = {f.key: f for f in FAMILIES}
 FAMILY_BY_MODEL_TYPE: dict[str, MtpFamily] = {t: f for f in FAMILIES for t in f.model_types}

@@ -68,4 +68,13 @@ class MtpFamily:
     main_layer_prefix: str = "model.layers.{k}."
     inner_mirrors_main: bool = True
     """True when the MTP decoder block has the tensor set of a main decoder layer."""
+    hidden_layers_key: str = "num_hidden_layers"
+    megatron_wrapper: tuple[str, ...] | None = None
+    """HF templates of Megatron's ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (in
+    that order); None when mtpcheck has no HF <-> Megatron mapping for the family."""
+    gated_attention: bool = False
+    """Attention with an output gate: HF ``q_proj`` holds ``[q; gate]`` per head (Qwen3-Next)."""
+    shared_expert_style: str = "shared_experts"
+    """HF name of the MoE shared expert block: ``shared_experts`` or Qwen's gated
+    ``shared_expert``."""
     notes: str = ""

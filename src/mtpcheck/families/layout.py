@@ -115,8 +115,10 @@ def declared_count(
     return DeclaredCount(None, f"no {' / '.join(keys[:2])} in config", False)
 
 
-def _hidden_layers(config: Mapping[str, Any], config_path: str | None) -> int | None:
-    for path in ("num_hidden_layers", "text_config.num_hidden_layers"):
+def _hidden_layers(
+    config: Mapping[str, Any], config_path: str | None, key: str = "num_hidden_layers"
+) -> int | None:
+    for path in (key, f"text_config.{key}"):
         value = lookup(config, path)
         if value is _MISSING:
             continue
@@ -197,7 +199,9 @@ def analyse(
     """Find the MTP layers of a checkpoint and what each one lacks."""
     family = detect_family(config)
     declared = declared_count(config, family, config_path)
-    hidden = _hidden_layers(config, config_path)
+    hidden = _hidden_layers(
+        config, config_path, family.hidden_layers_key if family else "num_hidden_layers"
+    )
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     names = sorted(tensors)
     if family is None:

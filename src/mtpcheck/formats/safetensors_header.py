@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpcheck.errors import HeaderError
-from mtpcheck.formats.dtypes import BITS_BY_DTYPE
+from mtpcheck.dtypes import BITS_BY_DTYPE
 from mtpcheck.model import TensorMeta
 
 MAX_HEADER_BYTES = 100_000_000

@@ -24,3 +24,9 @@ BITS_BY_DTYPE: dict[str, int] = {
     "F6_E2M3": 6,
     "F6_E3M2": 6,
 }
+
+
+def itemsize(dtype: str) -> int | None:
+    """Bytes per element, or None for sub-byte dtypes."""
+    bits = BITS_BY_DTYPE[dtype]
+    return bits // 8 if bits % 8 == 0 else None

@@ -1,0 +1,14 @@
+"""HF <-> Megatron correspondence: name rules, bit-exact transforms, mapped views."""
+
+from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
+from mtpcheck.mapping.views import MappedCheckpoint, as_hf, as_megatron
+
+__all__ = [
+    "MappedCheckpoint",
+    "MappingError",
+    "Plan",
+    "TensorMapping",
+    "as_hf",
+    "as_megatron",
+    "build_plan",
+]

@@ -1,0 +1,195 @@
+"""Resolve the HF <-> Megatron tensor correspondence of one checkpoint.
+
+A plan is built from the names one side actually holds, so it maps exactly what is there:
+a layer without biases gets no bias rule, an MTP layer missing an expert gets no rule for
+it, and every name no rule covers is listed as unmapped rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mtpcheck.errors import MtpcheckError
+from mtpcheck.families import ConcatOrder, MtpFamily, detect_family
+from mtpcheck.families.layout import lookup
+from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, TOP_LEVEL, Kind
+from mtpcheck.mapping.transforms import Qkv
+
+Side = Literal["hf", "megatron"]
+
+
+class MappingError(MtpcheckError):
+    """The checkpoint cannot be mapped (unsupported family, inconsistent shapes)."""
+
+
+@dataclass(frozen=True)
+class TensorMapping:
+    """One Megatron tensor and the HF tensors it corresponds to."""
+
+    megatron: str
+    hf: tuple[str, ...]
+    kind: Kind
+    qkv: Qkv | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every correspondence of one checkpoint, plus what has no counterpart."""
+
+    family: MtpFamily
+    hf_config: Mapping[str, Any]
+    mappings: tuple[TensorMapping, ...]
+    copies: tuple[tuple[str, str], ...]
+    """(HF copy, HF main tensor): stored by HF only; Megatron shares the main tensor."""
+    unmapped: tuple[str, ...]
+    """Names on the planned side that no rule covers."""
+    mtp_layers: int
+    num_layers: int
+
+    def by_megatron(self) -> dict[str, TensorMapping]:
+        return {m.megatron: m for m in self.mappings}
+
+    def by_hf(self) -> dict[str, TensorMapping]:
+        return {h: m for m in self.mappings for h in m.hf}
+
+
+def mappable_family(hf_config: Mapping[str, Any]) -> MtpFamily:
+    family = detect_family(hf_config)
+    if family is None:
+        raise MappingError(
+            f"model_type {hf_config.get('model_type')!r} is not a known MTP family; "
+            "no HF <-> Megatron mapping"
+        )
+    if family.megatron_wrapper is None:
+        raise MappingError(f"no HF <-> Megatron mapping for {family.display} yet")
+    return family
+
+
+def _int(config: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        for path in (key, f"text_config.{key}"):
+            value = lookup(config, path)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def qkv_layout(family: MtpFamily, config: Mapping[str, Any]) -> Qkv:
+    heads = _int(config, "num_attention_heads")
+    hidden = _int(config, "hidden_size")
+    if heads is None or hidden is None:
+        raise MappingError("config lacks num_attention_heads or hidden_size")
+    groups = _int(config, "num_key_value_heads") or heads
+    head_dim = _int(config, "head_dim") or hidden // heads
+    return Qkv(heads, groups, head_dim, gated=family.gated_attention)
+
+
+def _fill(template: str, i: int, base: int) -> str:
+    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
+
+
+def _mtp_count(
+    side: Side, family: MtpFamily, names: Collection[str], config: Mapping[str, Any], base: int
+) -> int:
+    """Highest MTP index present on this side, or the declared count, whichever is larger."""
+    found: set[int] = set()
+    if side == "megatron":
+        pattern = re.compile(r"^mtp\.layers\.(\d+)\.")
+        found = {int(m.group(1)) for n in names if (m := pattern.match(n))}
+    else:
+        assert family.megatron_wrapper is not None
+        for template in (family.layer_prefix, *family.megatron_wrapper):
+            if "{" not in template:
+                if template in names:
+                    found.add(0)
+                continue
+            regex = re.escape(template).replace(r"\{i\}", r"(\d+)").replace(r"\{n\}", r"(\d+)")
+            offset = base if "{n}" in template else 0
+            pattern = re.compile("^" + regex)
+            found |= {int(m.group(1)) - offset for n in names if (m := pattern.match(n))}
+    declared = _int(config, *family.count_keys) or 0
+    return max([declared, *(i + 1 for i in found if i >= 0)])
+
+
+def _experts(names: Collection[str], prefix: str, side: Side) -> list[int]:
+    middle = r"mlp\.experts\.(\d+)\." if side == "hf" else r"mlp\.experts\.local_experts\.(\d+)\."
+    pattern = re.compile("^" + re.escape(prefix) + middle)
+    return sorted({int(m.group(1)) for n in names if (m := pattern.match(n))})
+
+
+def _layer(
+    hf_prefix: str,
+    meg_prefix: str,
+    names: Collection[str],
+    side: Side,
+    qkv: Qkv,
+    family: MtpFamily,
+) -> list[TensorMapping]:
+    out = []
+    experts = _experts(names, hf_prefix if side == "hf" else meg_prefix, side)
+    mla_marker = (
+        hf_prefix + "self_attn.kv_a_proj_with_mqa.weight"
+        if side == "hf"
+        else meg_prefix + "self_attention.linear_kv_down_proj.weight"
+    )
+    traits = {"mla" if mla_marker in names else "gqa", family.shared_expert_style}
+    for rule in DECODER_RULES:
+        if rule.when and rule.when not in traits:
+            continue
+        indices = experts if "{e}" in rule.megatron else [None]
+        for e in indices:
+
+            def sub(s: str, e: int | None = e) -> str:
+                return s if e is None else s.replace("{e}", str(e))
+
+            hf = tuple(hf_prefix + sub(s) for s in rule.hf)
+            meg = meg_prefix + sub(rule.megatron)
+            if side == "hf":
+                needed = (*hf, *(hf_prefix + r for r in rule.requires))
+                if not all(n in names for n in needed):
+                    continue
+            elif meg not in names:
+                continue
+            out.append(TensorMapping(meg, hf, rule.kind, qkv if rule.kind is Kind.QKV else None))
+    return out
+
+
+def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side) -> Plan:
+    """Plan the correspondence for a checkpoint holding ``names`` on ``side``."""
+    family = mappable_family(hf_config)
+    assert family.megatron_wrapper is not None
+    base = _int(hf_config, "num_hidden_layers")
+    if base is None:
+        raise MappingError("config lacks num_hidden_layers")
+    qkv = qkv_layout(family, hf_config)
+    mtp = _mtp_count(side, family, names, hf_config, base)
+
+    mappings: list[TensorMapping] = []
+    for k in range(base):
+        mappings += _layer(f"model.layers.{k}.", f"decoder.layers.{k}.", names, side, qkv, family)
+    for i in range(mtp):
+        inner_hf = _fill(family.layer_prefix, i, base)
+        inner_meg = f"mtp.layers.{i}.transformer_layer."
+        mappings += _layer(inner_hf, inner_meg, names, side, qkv, family)
+        for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
+            if "{" not in template and i > 0:
+                continue
+            swap = rel == "eh_proj.weight" and family.concat_order is ConcatOrder.HIDDEN_FIRST
+            kind = Kind.SWAP_HALVES if swap else Kind.COPY
+            hf_name = _fill(template, i, base)
+            meg_name = f"mtp.layers.{i}.{rel}"
+            if (hf_name if side == "hf" else meg_name) in names:
+                mappings.append(TensorMapping(meg_name, (hf_name,), kind))
+    for hf_name, meg_name in TOP_LEVEL:
+        if (hf_name if side == "hf" else meg_name) in names:
+            mappings.append(TensorMapping(meg_name, (hf_name,), Kind.COPY))
+
+    copies = tuple((_fill(c.template, i, base), c.main) for i in range(mtp) for c in family.copies)
+    covered = {n for m in mappings for n in (m.hf if side == "hf" else (m.megatron,))}
+    if side == "hf":
+        covered |= {c for c, _ in copies}
+    unmapped = tuple(sorted(n for n in names if n not in covered))
+    return Plan(family, hf_config, tuple(mappings), copies, unmapped, mtp, base)

@@ -1,0 +1,118 @@
+"""HF <-> Megatron name rules for one decoder layer, and for the MTP wrapper, as data.
+
+Names on the Megatron side are mtpcheck's canonical Megatron names: what a megatron-core
+``GPTModel`` built with the local layer spec returns from ``state_dict()`` (one tensor per
+layer and per expert). ``{e}`` stands for an expert index.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Kind(str, enum.Enum):
+    """How HF source tensors become one Megatron tensor (every kind is invertible)."""
+
+    COPY = "copy"
+    CONCAT_ROWS = "concat_rows"
+    """``[gate; up]`` SwiGLU fc1: HF parts stacked along rows, split back in equal parts."""
+    QKV = "qkv"
+    """Grouped-query interleave of q, k, v (see :mod:`mtpcheck.mapping.transforms`)."""
+    SWAP_HALVES = "swap_halves"
+    """Projection whose two input halves are in the opposite order (MiMo)."""
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    """One Megatron tensor of a decoder layer and the HF tensors it comes from."""
+
+    hf: tuple[str, ...]
+    megatron: str
+    kind: Kind = Kind.COPY
+    requires: tuple[str, ...] = ()
+    """Further HF names (relative) that must exist for the rule to apply."""
+    when: str = ""
+    """Only for layers with this trait: ``mla`` / ``gqa`` attention, ``shared_experts`` /
+    ``shared_expert`` naming; several HF names share one Megatron name across traits."""
+
+
+_R = LayerRule
+_QKV = Kind.QKV
+_CAT = Kind.CONCAT_ROWS
+
+DECODER_RULES: tuple[LayerRule, ...] = (
+    _R(("input_layernorm.weight",), "input_layernorm.weight"),
+    _R(("post_attention_layernorm.weight",), "pre_mlp_layernorm.weight"),
+    # grouped-query attention (GLM-4.5, Qwen2/MiMo, Qwen3-Next full attention)
+    _R(
+        ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+        "self_attention.linear_qkv.weight",
+        _QKV,
+    ),
+    _R(
+        ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+        "self_attention.linear_qkv.bias",
+        _QKV,
+    ),
+    _R(("self_attn.o_proj.weight",), "self_attention.linear_proj.weight"),
+    _R(("self_attn.q_norm.weight",), "self_attention.q_layernorm.weight", when="gqa"),
+    _R(("self_attn.k_norm.weight",), "self_attention.k_layernorm.weight", when="gqa"),
+    # multi-latent attention (DeepSeek-V3, GLM-5)
+    _R(("self_attn.q_a_proj.weight",), "self_attention.linear_q_down_proj.weight"),
+    _R(("self_attn.q_a_layernorm.weight",), "self_attention.q_layernorm.weight", when="mla"),
+    _R(("self_attn.q_b_proj.weight",), "self_attention.linear_q_up_proj.weight"),
+    _R(
+        ("self_attn.q_proj.weight",),
+        "self_attention.linear_q_proj.weight",
+        requires=("self_attn.kv_a_proj_with_mqa.weight",),
+    ),
+    _R(("self_attn.kv_a_proj_with_mqa.weight",), "self_attention.linear_kv_down_proj.weight"),
+    _R(("self_attn.kv_a_layernorm.weight",), "self_attention.kv_layernorm.weight"),
+    _R(("self_attn.kv_b_proj.weight",), "self_attention.linear_kv_up_proj.weight"),
+    # dense SwiGLU MLP
+    _R(("mlp.gate_proj.weight", "mlp.up_proj.weight"), "mlp.linear_fc1.weight", _CAT),
+    _R(("mlp.down_proj.weight",), "mlp.linear_fc2.weight"),
+    # mixture of experts
+    _R(("mlp.gate.weight",), "mlp.router.weight"),
+    _R(("mlp.gate.e_score_correction_bias",), "mlp.router.expert_bias"),
+    _R(
+        ("mlp.experts.{e}.gate_proj.weight", "mlp.experts.{e}.up_proj.weight"),
+        "mlp.experts.local_experts.{e}.linear_fc1.weight",
+        _CAT,
+    ),
+    _R(("mlp.experts.{e}.down_proj.weight",), "mlp.experts.local_experts.{e}.linear_fc2.weight"),
+    _R(
+        ("mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"),
+        "mlp.shared_experts.linear_fc1.weight",
+        _CAT,
+        when="shared_experts",
+    ),
+    _R(
+        ("mlp.shared_experts.down_proj.weight",),
+        "mlp.shared_experts.linear_fc2.weight",
+        when="shared_experts",
+    ),
+    # Qwen names the shared expert in the singular and gates it
+    _R(
+        ("mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight"),
+        "mlp.shared_experts.linear_fc1.weight",
+        _CAT,
+        when="shared_expert",
+    ),
+    _R(
+        ("mlp.shared_expert.down_proj.weight",),
+        "mlp.shared_experts.linear_fc2.weight",
+        when="shared_expert",
+    ),
+    _R(("mlp.shared_expert_gate.weight",), "mlp.shared_experts.gate_weight", when="shared_expert"),
+)
+
+TOP_LEVEL: tuple[tuple[str, str], ...] = (
+    ("model.embed_tokens.weight", "embedding.word_embeddings.weight"),
+    ("model.norm.weight", "decoder.final_layernorm.weight"),
+    ("lm_head.weight", "output_layer.weight"),
+)
+
+MEGATRON_MTP_WRAPPER = ("enorm.weight", "hnorm.weight", "eh_proj.weight", "final_layernorm.weight")
+"""MTP-only tensors of a Megatron MTP layer, relative to ``mtp.layers.{i}.``."""

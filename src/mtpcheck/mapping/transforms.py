@@ -1,0 +1,89 @@
+"""Bit-exact tensor transforms between HF and Megatron layouts.
+
+Every transform is pure slicing and concatenation over raw element bits: arrays hold
+unsigned integers of the element width (uint16 for BF16, uint8 for FP8, ...), so no value
+is ever converted and a correct round trip reproduces every byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Qkv:
+    """Grouped-query layout parameters: Megatron stores ``[q_g, (gate_g), k_g, v_g]`` per group."""
+
+    num_heads: int
+    num_groups: int
+    head_dim: int
+    gated: bool = False
+    """Qwen3-Next: HF q_proj holds ``[q; gate]`` per head; Megatron adds gate rows per group."""
+
+
+def concat_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts, axis=0)
+
+
+def split_rows(whole: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    if sum(sizes) != whole.shape[0]:
+        raise ValueError(f"cannot split {whole.shape[0]} rows into {list(sizes)}")
+    bounds = np.cumsum([0, *sizes])
+    return [whole[bounds[j] : bounds[j + 1]] for j in range(len(sizes))]
+
+
+def stack(parts: Sequence[np.ndarray]) -> np.ndarray:
+    return np.stack(parts, axis=0)
+
+
+def unstack(whole: np.ndarray) -> list[np.ndarray]:
+    return [whole[j] for j in range(whole.shape[0])]
+
+
+def swap_column_halves(w: np.ndarray) -> np.ndarray:
+    """``[A | B] -> [B | A]`` along the last axis; its own inverse."""
+    half = w.shape[-1] // 2
+    if w.shape[-1] != 2 * half:
+        raise ValueError(f"projection has an odd input width {w.shape[-1]}")
+    return np.concatenate([w[..., half:], w[..., :half]], axis=-1)
+
+
+def _per_group(q: Qkv, x: np.ndarray, per_group: int) -> np.ndarray:
+    return x.reshape((q.num_groups, per_group * q.head_dim, *x.shape[1:]))
+
+
+def qkv_to_megatron(q: Qkv, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray) -> np.ndarray:
+    """HF q/k/v (weights or biases) -> Megatron grouped ``linear_qkv``."""
+    heads_per_group = q.num_heads // q.num_groups
+    d = q.head_dim
+    tail = wq.shape[1:]
+    if q.gated:
+        both = wq.reshape((q.num_heads, 2, d, *tail))
+        query = both[:, 0].reshape((q.num_groups, heads_per_group * d, *tail))
+        gate = both[:, 1].reshape((q.num_groups, heads_per_group * d, *tail))
+        blocks = [query, gate]
+    else:
+        blocks = [_per_group(q, wq, heads_per_group)]
+    blocks += [_per_group(q, wk, 1), _per_group(q, wv, 1)]
+    merged = np.concatenate(blocks, axis=1)
+    return merged.reshape((-1, *tail))
+
+
+def qkv_from_megatron(q: Qkv, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Megatron grouped ``linear_qkv`` -> HF q, k, v (inverse of :func:`qkv_to_megatron`)."""
+    heads_per_group = q.num_heads // q.num_groups
+    d = q.head_dim
+    tail = w.shape[1:]
+    q_rows = heads_per_group * d * (2 if q.gated else 1)
+    grouped = w.reshape((q.num_groups, q_rows + 2 * d, *tail))
+    query = grouped[:, :q_rows]
+    k = grouped[:, q_rows : q_rows + d].reshape((-1, *tail))
+    v = grouped[:, q_rows + d :].reshape((-1, *tail))
+    if q.gated:
+        qq = query[:, : heads_per_group * d].reshape((q.num_heads, 1, d, *tail))
+        gate = query[:, heads_per_group * d :].reshape((q.num_heads, 1, d, *tail))
+        query = np.concatenate([qq, gate], axis=1)
+    return query.reshape((-1, *tail)), k, v

@@ -1,0 +1,245 @@
+"""Present one checkpoint under the other side's names, bytes computed on demand.
+
+``as_megatron(hf_checkpoint)`` shows an HF checkpoint as the Megatron checkpoint a correct
+conversion would produce; ``as_hf(megatron_checkpoint, hf_config)`` the reverse. Both are
+ordinary :class:`~mtpcheck.model.Checkpoint` objects, so the tensor matcher compares across
+formats without knowing about them, and the built-in converter writes from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mtpcheck.dtypes import itemsize
+from mtpcheck.errors import InputError
+from mtpcheck.mapping import transforms as tf
+from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
+from mtpcheck.mapping.rules import Kind
+from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def load_array(ckpt: Checkpoint, name: str, chunk_bytes: int = 1 << 24) -> np.ndarray:
+    """One tensor as an array of unsigned ints of its element width (bits, not values)."""
+    meta = ckpt.tensors[name]
+    width = itemsize(meta.dtype)
+    if width is None:
+        raise MappingError(f"{name}: sub-byte dtype {meta.dtype} cannot be re-laid out")
+    buf = bytearray(meta.nbytes)
+    pos = 0
+    for chunk in ckpt.read_chunks(name, chunk_bytes):
+        buf[pos : pos + len(chunk)] = chunk
+        pos += len(chunk)
+    return np.frombuffer(bytes(buf), dtype=_UINT[width]).reshape(meta.shape)
+
+
+def _yield_bytes(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
+    raw = np.ascontiguousarray(array).tobytes()
+    for start in range(0, len(raw), chunk_bytes):
+        yield raw[start : start + chunk_bytes]
+    if not raw:
+        yield b""
+
+
+def _same_dtype(metas: list[TensorMeta], what: str) -> str:
+    dtypes = {m.dtype for m in metas}
+    if len(dtypes) != 1:
+        raise MappingError(f"{what}: sources have different dtypes {sorted(dtypes)}")
+    return dtypes.pop()
+
+
+def _forward_shape(m: TensorMapping, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    if m.kind in (Kind.COPY, Kind.SWAP_HALVES):
+        return shapes[0]
+    tails = {s[1:] for s in shapes}
+    if len(tails) != 1:
+        raise MappingError(f"{m.megatron}: source shapes {shapes} cannot be stacked by rows")
+    return (sum(s[0] for s in shapes), *shapes[0][1:])
+
+
+def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    if m.kind in (Kind.COPY, Kind.SWAP_HALVES):
+        return [shape]
+    tail = shape[1:]
+    if m.kind is Kind.CONCAT_ROWS:
+        parts = len(m.hf)
+        if shape[0] % parts:
+            raise MappingError(f"{m.megatron}: {shape[0]} rows do not split in {parts}")
+        return [(shape[0] // parts, *tail)] * parts
+    assert m.qkv is not None
+    q = m.qkv
+    q_rows = q.num_heads * q.head_dim * (2 if q.gated else 1)
+    kv_rows = q.num_groups * q.head_dim
+    if shape[0] != q_rows + 2 * kv_rows:
+        raise MappingError(f"{m.megatron}: {shape[0]} rows do not match the attention layout {q}")
+    return [(q_rows, *tail), (kv_rows, *tail), (kv_rows, *tail)]
+
+
+def forward(m: TensorMapping, parts: list[np.ndarray]) -> np.ndarray:
+    """HF arrays -> the Megatron array."""
+    if m.kind is Kind.COPY:
+        return parts[0]
+    if m.kind is Kind.SWAP_HALVES:
+        return tf.swap_column_halves(parts[0])
+    if m.kind is Kind.CONCAT_ROWS:
+        return tf.concat_rows(parts)
+    assert m.qkv is not None
+    return tf.qkv_to_megatron(m.qkv, *parts)
+
+
+def backward(m: TensorMapping, whole: np.ndarray) -> list[np.ndarray]:
+    """The Megatron array -> HF arrays, in the order of ``m.hf``."""
+    if m.kind is Kind.COPY:
+        return [whole]
+    if m.kind is Kind.SWAP_HALVES:
+        return [tf.swap_column_halves(whole)]
+    if m.kind is Kind.CONCAT_ROWS:
+        return tf.split_rows(whole, [s[0] for s in _backward_shapes(m, whole.shape)])
+    assert m.qkv is not None
+    return list(tf.qkv_from_megatron(m.qkv, whole))
+
+
+@dataclass(frozen=True)
+class MappedCheckpoint:
+    """A checkpoint shown under the other side's names."""
+
+    path: str
+    format: str
+    config: Mapping[str, Any]
+    config_path: str | None
+    tensors: Mapping[str, TensorMeta]
+    issues: tuple[IntegrityIssue, ...]
+    source: Checkpoint
+    plan: Plan
+    direction: str
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Name here -> name(s) it is computed from in ``source``, for messages."""
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        if self.direction == "to-megatron":
+            m = self.plan.by_megatron()[name]
+            if m.kind is Kind.COPY:
+                return self.source.read_chunks(m.hf[0], chunk_bytes)
+            parts = [load_array(self.source, h) for h in m.hf]
+            return _yield_bytes(forward(m, parts), chunk_bytes)
+        copy_of = dict(self.plan.copies)
+        if name in copy_of:
+            return self.read_chunks(copy_of[name], chunk_bytes)
+        m = self.plan.by_hf()[name]
+        if m.kind is Kind.COPY:
+            return self.source.read_chunks(m.megatron, chunk_bytes)
+        pieces = backward(m, load_array(self.source, m.megatron))
+        return _yield_bytes(pieces[m.hf.index(name)], chunk_bytes)
+
+
+def _readable(metas: list[TensorMeta]) -> bool:
+    return all(m.readable for m in metas)
+
+
+def as_megatron(hf: Checkpoint) -> MappedCheckpoint:
+    """Show an HF checkpoint under canonical Megatron names."""
+    plan = build_plan(hf.config, hf.tensors, "hf")
+    tensors: dict[str, TensorMeta] = {}
+    sources: dict[str, str] = {}
+    for m in plan.mappings:
+        metas = [hf.tensors[h] for h in m.hf]
+        dtype = _same_dtype(metas, m.megatron)
+        shape = _forward_shape(m, [meta.shape for meta in metas])
+        tensors[m.megatron] = TensorMeta(
+            name=m.megatron,
+            dtype=dtype,
+            shape=shape,
+            file=metas[0].file,
+            offset=0,
+            nbytes=sum(meta.nbytes for meta in metas),
+            readable=_readable(metas),
+        )
+        sources[m.megatron] = " + ".join(m.hf)
+    config = {
+        "model_type": "megatron",
+        "num_layers": plan.num_layers,
+        "mtp_num_layers": _declared(plan),
+    }
+    return MappedCheckpoint(
+        path=hf.path,
+        format=f"{hf.format} as megatron",
+        config=config,
+        config_path=hf.config_path,
+        tensors=tensors,
+        issues=hf.issues,
+        source=hf,
+        plan=plan,
+        direction="to-megatron",
+        sources=sources,
+    )
+
+
+def _declared(plan: Plan) -> int | None:
+    for key in plan.family.count_keys:
+        for path in (key, f"text_config.{key}"):
+            node: Any = plan.hf_config
+            for part in path.split("."):
+                node = node.get(part) if isinstance(node, Mapping) else None
+            if isinstance(node, int) and not isinstance(node, bool):
+                return node
+    return plan.family.default_count
+
+
+def as_hf(
+    megatron: Checkpoint, hf_config: Mapping[str, Any], with_copies: bool = True
+) -> MappedCheckpoint:
+    """Show a Megatron checkpoint under the HF names of ``hf_config``'s family."""
+    plan = build_plan(hf_config, megatron.tensors, "megatron")
+    tensors: dict[str, TensorMeta] = {}
+    sources: dict[str, str] = {}
+    for m in plan.mappings:
+        meta = megatron.tensors[m.megatron]
+        for h, shape in zip(m.hf, _backward_shapes(m, meta.shape), strict=True):
+            width = itemsize(meta.dtype) or 1
+            numel = 1
+            for d in shape:
+                numel *= d
+            tensors[h] = TensorMeta(
+                h, meta.dtype, shape, meta.file, 0, numel * width, meta.readable
+            )
+            sources[h] = m.megatron
+    if with_copies:
+        for copy, main in plan.copies:
+            if main in tensors:
+                tensors[copy] = TensorMeta(copy, *_rest(tensors[main]))
+                sources[copy] = f"{sources[main]} (copy of {main})"
+    config = dict(hf_config)
+    mtp = megatron.config.get("mtp_num_layers")
+    for key in plan.family.count_keys:
+        if key in config and isinstance(mtp, int):
+            config[key] = mtp
+    return MappedCheckpoint(
+        path=megatron.path,
+        format=f"{megatron.format} as hf",
+        config=config,
+        config_path=megatron.config_path,
+        tensors=dict(sorted(tensors.items())),
+        issues=megatron.issues,
+        source=megatron,
+        plan=plan,
+        direction="to-hf",
+        sources=sources,
+    )
+
+
+def _rest(meta: TensorMeta) -> tuple[str, tuple[int, ...], str, int, int, bool]:
+    return meta.dtype, meta.shape, meta.file, meta.offset, meta.nbytes, meta.readable
+
+
+def require_complete(plan: Plan, where: str) -> None:
+    """Refuse to convert when some tensors have no counterpart (nothing is dropped silently)."""
+    if plan.unmapped:
+        shown = ", ".join(plan.unmapped[:5]) + (" ..." if len(plan.unmapped) > 5 else "")
+        raise InputError(
+            where, f"{len(plan.unmapped)} tensor(s) have no Megatron counterpart: {shown}"
+        )
