@@ -11,8 +11,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from mtpcheck.errors import HeaderError
 from mtpcheck.dtypes import BITS_BY_DTYPE
+from mtpcheck.errors import HeaderError
 from mtpcheck.model import TensorMeta
 
 MAX_HEADER_BYTES = 100_000_000
