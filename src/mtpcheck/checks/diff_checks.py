@@ -10,8 +10,24 @@ from mtpcheck.families import analyse
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, TensorStatus
 
 
+def _is_megatron(ckpt: Checkpoint) -> bool:
+    return ckpt.format.startswith("megatron")
+
+
+def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint, bool]:
+    """Across formats, show the HF side under Megatron names (bit-exact mapping)."""
+    if _is_megatron(a) == _is_megatron(b):
+        return a, b, False
+    from mtpcheck.mapping import as_megatron  # numpy: only on the cross-format path
+
+    if _is_megatron(b):
+        return as_megatron(a), b, True
+    return a, as_megatron(b), True
+
+
 def diff_report(a: Checkpoint, b: Checkpoint, all_tensors: bool = False) -> Report:
     """Build the diff report of ``b`` against ``a``."""
+    a, b, crossed = align_formats(a, b)
     analysis_a = analyse(a.config, a.tensors, a.config_path)
     analysis_b = analyse(b.config, b.tensors, b.config_path)
     if all_tensors:
@@ -32,9 +48,18 @@ def diff_report(a: Checkpoint, b: Checkpoint, all_tensors: bool = False) -> Repo
     )
     if not comparisons:
         summary = Finding(scope, Status.SKIP, "no tensors in scope on either side")
+    if crossed:
+        keys = ("mtp_num_layers", "num_layers")
+        config = config_check(
+            {k: a.config.get(k) for k in keys}, {k: b.config.get(k) for k in keys}, True, True
+        )
+    else:
+        config = config_check(
+            a.config, b.config, a.config_path is not None, b.config_path is not None
+        )
     checks = (
         integrity_check([("A", a), ("B", b)]),
-        config_check(a.config, b.config, a.config_path is not None, b.config_path is not None),
+        config,
         CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *failing)),
     )
     return Report(

@@ -1,0 +1,118 @@
+"""Checks of an HF -> Megatron -> HF round trip, naming the stage where MTP was lost."""
+
+from __future__ import annotations
+
+from mtpcheck.checks.config_diff import config_check
+from mtpcheck.checks.findings import describe
+from mtpcheck.checks.inspect_checks import summarise
+from mtpcheck.checks.tensor_match import compare
+from mtpcheck.families import analyse
+from mtpcheck.mapping import MappedCheckpoint, as_megatron
+from mtpcheck.model import (
+    Checkpoint,
+    CheckpointSummary,
+    CheckResult,
+    Finding,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
+
+STAGE1 = "stage 1 (HF -> Megatron)"
+STAGE2 = "stage 2 (Megatron -> HF)"
+
+
+def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
+    return summarise(ckpt, analyse(ckpt.config, ckpt.tensors, ckpt.config_path))
+
+
+def stage1_checks(
+    source: Checkpoint, megatron: Checkpoint
+) -> tuple[tuple[CheckResult, ...], dict[str, TensorComparison], MappedCheckpoint]:
+    """Compare the Megatron output with what a correct conversion of ``source`` holds."""
+    expected = as_megatron(source)
+    want = analyse(expected.config, expected.tensors)
+    got = analyse(megatron.config, megatron.tensors, megatron.config_path)
+    d_want, d_got = want.declared.value, got.declared.value
+    if d_got == d_want:
+        count = Finding("mtp_num_layers", Status.PASS, f"declares {d_got}, as the source")
+    else:
+        count = Finding(
+            "mtp_num_layers",
+            Status.FAIL,
+            f"{STAGE1}: Megatron declares {d_got} ({got.declared.source}), the source {d_want}",
+        )
+    scope = sorted(want.scope(expected.tensors) | got.scope(megatron.tensors))
+    results = {n: compare(expected, n, megatron, n) for n in scope}
+    findings = [
+        Finding(
+            name,
+            Status.FAIL,
+            f"{STAGE1}: {describe(c, 'source', 'Megatron output')} "
+            f"[from {expected.sources.get(name, 'nothing in the source')}]",
+            {"status": c.status.value, "hf": expected.sources.get(name)},
+        )
+        for name, c in results.items()
+        if c.status is not TensorStatus.EQUAL
+    ]
+    equal = sum(1 for c in results.values() if c.status is TensorStatus.EQUAL)
+    head = Finding(
+        "mtp scope",
+        Status.PASS if not findings else Status.INFO,
+        f"{equal} of {len(results)} MTP-scope tensors bit-identical to the mapped source",
+    )
+    checks = (
+        CheckResult("stage1-mtp-count", "Stage 1: declared MTP layers", (count,)),
+        CheckResult("stage1-tensors", "Stage 1: Megatron tensors vs source", (head, *findings)),
+    )
+    return checks, results, expected
+
+
+def stage2_checks(
+    source: Checkpoint,
+    final: Checkpoint,
+    stage1: dict[str, TensorComparison],
+    expected: MappedCheckpoint,
+    all_tensors: bool,
+) -> tuple[tuple[CheckResult, ...], tuple[TensorComparison, ...]]:
+    """Compare the final HF checkpoint with the source; blame each loss on a stage."""
+    a = analyse(source.config, source.tensors, source.config_path)
+    b = analyse(final.config, final.tensors, final.config_path)
+    if all_tensors:
+        names = set(source.tensors) | set(final.tensors)
+    else:
+        names = set(a.scope(source.tensors)) | set(b.scope(final.tensors))
+    comparisons = tuple(compare(source, n, final, n) for n in sorted(names))
+    to_megatron = expected.plan.by_hf()
+    findings = []
+    for c in comparisons:
+        if c.status is TensorStatus.EQUAL:
+            continue
+        mapping = to_megatron.get(c.name)
+        first = stage1.get(mapping.megatron) if mapping else None
+        lost_early = first is not None and first.status is not TensorStatus.EQUAL
+        stage = STAGE1 if lost_early else STAGE2
+        via = f" (as {mapping.megatron})" if mapping else ""
+        findings.append(
+            Finding(
+                c.name,
+                Status.FAIL,
+                f"{stage}{via}: {describe(c, 'source', 'final')}",
+                {"status": c.status.value, "stage": 1 if lost_early else 2},
+            )
+        )
+    equal = sum(1 for c in comparisons if c.status is TensorStatus.EQUAL)
+    scope = "all tensors" if all_tensors else "MTP scope"
+    head = Finding(
+        scope,
+        Status.PASS if not findings else Status.INFO,
+        f"{equal} of {len(comparisons)} final tensors bit-identical to the source",
+    )
+    config = config_check(
+        source.config, final.config, source.config_path is not None, final.config_path is not None
+    )
+    checks = (
+        CheckResult("config", "Final config vs source", config.findings),
+        CheckResult("roundtrip-tensors", f"Final tensors vs source ({scope})", (head, *findings)),
+    )
+    return checks, comparisons

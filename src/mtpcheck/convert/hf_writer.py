@@ -1,0 +1,93 @@
+"""Write a checkpoint as Hugging Face sharded safetensors, one tensor at a time.
+
+Headers are computed from tensor metadata first, so each shard is written front to back
+while tensor bytes stream through in bounded chunks: peak memory is one tensor's worth at
+most (less for tensors that are plain copies), never the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mtpcheck.model import Checkpoint, TensorMeta
+
+DEFAULT_SHARD_BYTES = 4 * 1024**3
+CHUNK_BYTES = 16 * 1024 * 1024
+
+
+def _plan_shards(metas: list[TensorMeta], shard_bytes: int) -> list[list[TensorMeta]]:
+    shards: list[list[TensorMeta]] = [[]]
+    size = 0
+    for meta in metas:
+        if shards[-1] and size + meta.nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(meta)
+        size += meta.nbytes
+    return shards
+
+
+def _header(metas: list[TensorMeta]) -> bytes:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for meta in metas:
+        header[meta.name] = {
+            "dtype": meta.dtype,
+            "shape": list(meta.shape),
+            "data_offsets": [offset, offset + meta.nbytes],
+        }
+        offset += meta.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    return blob + b" " * (-len(blob) % 8)
+
+
+def write_hf(
+    ckpt: Checkpoint,
+    dst: Path,
+    config: Mapping[str, Any] | None = None,
+    names: list[str] | None = None,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> list[Path]:
+    """Write ``names`` (default: all) of ``ckpt`` under ``dst``; returns the shard paths."""
+    dst.mkdir(parents=True, exist_ok=True)
+    metas = [ckpt.tensors[n] for n in sorted(names if names is not None else ckpt.tensors)]
+    shards = _plan_shards(metas, shard_bytes)
+    total = len(shards)
+    files = []
+    weight_map: dict[str, str] = {}
+    for number, shard in enumerate(shards, start=1):
+        name = (
+            "model.safetensors" if total == 1 else f"model-{number:05d}-of-{total:05d}.safetensors"
+        )
+        path = dst / name
+        blob = _header(shard)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for meta in shard:
+                written = 0
+                for chunk in ckpt.read_chunks(meta.name, CHUNK_BYTES):
+                    f.write(chunk)
+                    written += len(chunk)
+                if written != meta.nbytes:
+                    raise ValueError(
+                        f"{meta.name}: produced {written} bytes, expected {meta.nbytes}"
+                    )
+            f.flush()
+            os.fsync(f.fileno())
+        weight_map.update({meta.name: name for meta in shard})
+        files.append(path)
+    if total > 1:
+        index = {
+            "metadata": {"total_size": sum(m.nbytes for m in metas)},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
+        (dst / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    if config is not None:
+        (dst / "config.json").write_text(json.dumps(dict(config), indent=2, sort_keys=True) + "\n")
+    return files

@@ -1,0 +1,1 @@
+"""Multi-step jobs that run converters and then checks (the round trip)."""
