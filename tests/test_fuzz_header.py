@@ -1,0 +1,76 @@
+"""Property-based fuzzing of the safetensors header parser.
+
+The default run tries a few hundred inputs; ``MTPCHECK_FUZZ_EXAMPLES=10000`` (see README)
+runs the long campaign. Whatever the bytes, the parser either returns a header whose tensors
+tile the data section, or raises :class:`HeaderError`; no other exception escapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mtpcheck.dtypes import BITS_BY_DTYPE
+from mtpcheck.errors import HeaderError
+from mtpcheck.formats.safetensors_header import parse_header_bytes
+
+EXAMPLES = int(os.environ.get("MTPCHECK_FUZZ_EXAMPLES", "150"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(), st.text(max_size=8)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+entry = st.fixed_dictionaries(
+    {
+        "dtype": st.one_of(st.sampled_from(sorted(BITS_BY_DTYPE)), st.text(max_size=6)),
+        "shape": st.one_of(st.lists(st.integers(-2, 6), max_size=3), json_value),
+        "data_offsets": st.one_of(
+            st.lists(st.integers(-4, 300), min_size=2, max_size=2), json_value
+        ),
+    }
+)
+header_obj = st.dictionaries(st.text(max_size=10), st.one_of(entry, json_value), max_size=6)
+
+
+def _check(prefix: bytes, header: bytes, size: int) -> None:
+    try:
+        parsed = parse_header_bytes("fuzz.safetensors", prefix, header, size)
+    except HeaderError as e:
+        assert str(e).startswith("fuzz.safetensors: ")
+        return
+    spans = sorted((m.offset, m.offset + m.nbytes) for m in parsed.tensors.values())
+    position = spans[0][0] if spans else 0
+    for begin, end in spans:
+        assert begin == position
+        position = end
+
+
+@FUZZ
+@given(obj=header_obj, extra=st.integers(0, 64))
+def test_structured_headers(obj: dict, extra: int) -> None:
+    blob = json.dumps(obj).encode()
+    size = 8 + len(blob) + extra
+    _check(struct.pack("<Q", len(blob)), blob, size)
+
+
+@FUZZ
+@given(raw=st.binary(max_size=64), length=st.integers(0, 2**64 - 1), size=st.integers(0, 2**40))
+def test_arbitrary_bytes(raw: bytes, length: int, size: int) -> None:
+    _check(struct.pack("<Q", length), raw, size)
+
+
+@FUZZ
+@given(prefix=st.binary(max_size=9), raw=st.binary(max_size=32))
+def test_short_prefix(prefix: bytes, raw: bytes) -> None:
+    _check(prefix, raw, len(prefix) + len(raw))
