@@ -32,7 +32,7 @@ def readonly_copy(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "inputs"
     for name in ("deepseek_v3", "mimo"):
         shutil.copytree(FIXTURES / name, root / name)
-    paths = [p for p in root.rglob("*")] + [root]
+    paths = [*root.rglob("*"), root]
     for p in paths:
         p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     yield root
