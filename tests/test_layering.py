@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # third-party modules a layer may import
 THIRD_PARTY: dict[str, set[str]] = {
+    "formats": {"torch", "yaml"},
     "report": {"rich"},
     "cli": {"click"},
     "checks": {"numpy"},

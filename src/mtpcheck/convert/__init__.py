@@ -1,0 +1,1 @@
+"""Converters between checkpoint formats; Megatron modules import torch and megatron-core."""

@@ -1,0 +1,617 @@
+"""Megatron-core 0.16.1 model description of an HF config: config kwargs, args, tensor names.
+
+Everything here is derived from the HF ``config.json`` dict of one family and is data: the
+keyword arguments of megatron-core's ``TransformerConfig`` (``transformer_config_kwargs``), the
+Megatron-LM ``args`` namespace a checkpoint's ``common.pt`` carries (``args_namespace``), and the
+canonical state_dict names and shapes a ``GPTModel`` of that config holds
+(``expected_layer_names``, ``expected_mtp_layer_names``, ``expected_model_names``).
+
+Canonical names are what ``GPTModel.state_dict()`` returns, minus ``_extra_state`` entries, for
+the layer spec megatron-core uses for the family. Per family (megatron-core 0.16.1, CPU torch,
+no Transformer Engine):
+
+=============  ======  =============================  =========================================
+family         spec    builds on CPU                  torch_dist decoder keys
+=============  ======  =============================  =========================================
+glm4_moe       local   yes                            per layer (``moe_layer_freq`` is a list)
+mimo           local   yes                            stacked (homogeneous dense layers)
+deepseek_v3    local   no: ``MultiLatentAttention``   per layer (``moe_layer_freq`` is a list)
+                       tests ``isinstance(…, TELinear)``
+                       against TE's mock stub, and
+                       ``DotProductAttention``
+                       rejects MLA's ``k_channels``
+qwen3_next     te      no: the gated-delta-net block  per layer (``linear_attention_freq`` and
+                       spec requires Transformer      ``moe_layer_freq`` are lists)
+                       Engine, GatedDeltaNet needs
+                       the ``fla`` package
+=============  ======  =============================  =========================================
+
+MTP layers are always written per index (``mtp.layers.{i}.…``), never stacked.
+
+Names of one decoder layer, relative to ``decoder.layers.{k}.`` (``h`` hidden size, ``nq``/``ng``
+query heads/groups, ``d`` head dim, ``f`` dense FFN, ``E`` experts, ``fe``/``fs`` expert/shared
+FFN). The inner layer of ``mtp.layers.{i}.transformer_layer.`` is built from the spec of the
+*last* decoder layer, so it has that layer's names.
+
+* GQA attention, local spec: ``input_layernorm.weight (h)``,
+  ``self_attention.linear_qkv.weight ((nq+2ng)d, h)`` (+ ``.bias`` with q/k/v bias; rows are
+  grouped per query group: ``[q of group g, k_g, v_g]``), ``self_attention.q_layernorm.weight
+  (d)``, ``self_attention.k_layernorm.weight (d)`` (qk-norm only),
+  ``self_attention.linear_proj.weight (h, nq d)``. Transformer Engine spec: no
+  ``input_layernorm``; ``self_attention.linear_qkv.layer_norm_weight (h)`` instead. With an
+  output gate (Qwen3-Next) ``linear_qkv`` has ``(2nq+2ng)d`` rows, per group
+  ``[q, gate, k, v]``.
+* MLA attention, local spec: ``input_layernorm.weight (h)``,
+  ``self_attention.linear_q_down_proj.weight (q_lora, h)``,
+  ``self_attention.linear_q_up_proj.weight (nq(qk+rope), q_lora)``,
+  ``self_attention.q_layernorm.weight (q_lora)``,
+  ``self_attention.linear_kv_down_proj.weight (kv_lora+rope, h)``,
+  ``self_attention.linear_kv_up_proj.weight (nq(qk+v), kv_lora)``,
+  ``self_attention.kv_layernorm.weight (kv_lora)``, ``self_attention.linear_proj.weight
+  (h, nq v)``; without ``q_lora_rank`` a single ``linear_q_proj.weight (nq(qk+rope), h)``.
+  Transformer Engine spec (Megatron-Bridge): the two norms are fused as
+  ``linear_q_up_proj.layer_norm_weight`` and ``linear_kv_up_proj.layer_norm_weight``.
+* Gated delta net (Qwen3-Next linear attention, Transformer Engine spec only):
+  ``self_attention.in_proj.weight (2qk+2v+2nv, h)`` with rows ``[q, k, v, z, beta, alpha]``,
+  ``self_attention.in_proj.layer_norm_weight (h)`` (the fused input norm),
+  ``self_attention.conv1d.weight (2qk+v, 1, kernel)``, ``self_attention.dt_bias (nv)``,
+  ``self_attention.A_log (nv)``, ``self_attention.out_norm.weight (dv)``,
+  ``self_attention.out_proj.weight (h, v)``; ``qk = key_head_dim * linear_num_key_heads``,
+  ``v = value_head_dim * linear_num_value_heads``, ``nv = linear_num_value_heads``. On disk
+  ``in_proj.weight`` becomes six keys ``in_proj.weight.{query,key,value,z,beta,alpha}`` and
+  ``conv1d.weight`` three keys ``conv1d.weight.{query,key,value}``.
+* Dense MLP: ``pre_mlp_layernorm.weight (h)`` (Transformer Engine:
+  ``mlp.linear_fc1.layer_norm_weight``), ``mlp.linear_fc1.weight (2f, h)`` rows ``[gate; up]``,
+  ``mlp.linear_fc2.weight (h, f)``.
+* MoE: ``pre_mlp_layernorm.weight (h)`` (both specs), ``mlp.router.weight (E, h)``,
+  ``mlp.router.expert_bias (E)`` (fp32, with expert bias),
+  ``mlp.experts.local_experts.{e}.linear_fc1.weight (2fe, h)`` ``[gate; up]``,
+  ``mlp.experts.local_experts.{e}.linear_fc2.weight (h, fe)`` (Transformer Engine grouped GEMM
+  names them ``mlp.experts.linear_fc1.weight{e}``), ``mlp.shared_experts.linear_fc1.weight
+  (2fs, h)``, ``mlp.shared_experts.linear_fc2.weight (h, fs)``,
+  ``mlp.shared_experts.gate_weight (1, h)`` (Qwen3-Next's shared-expert gate).
+* MTP layer ``mtp.layers.{i}.``: ``enorm.weight (h)``, ``hnorm.weight (h)``,
+  ``eh_proj.weight (h, 2h)`` columns ``[embedding | hidden]``, ``final_layernorm.weight (h)``.
+
+On disk (torch_dist) the local spec of a non-MLA layer renames ``input_layernorm.`` to
+``self_attention.linear_qkv.layer_norm_`` and ``pre_mlp_layernorm.`` to
+``mlp.linear_fc1.layer_norm_`` (``layer_key_map``); the local MLA spec renames nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    """How megatron-core 0.16.1 builds one family."""
+
+    key: str
+    spec: str
+    """``local`` (megatron-core modules) or ``te`` (requires Transformer Engine)."""
+    builds_on_cpu: bool
+    """Whether a GPTModel of the family builds on CPU torch without Transformer Engine."""
+    note: str
+
+
+FAMILIES: Mapping[str, FamilyInfo] = {
+    f.key: f
+    for f in (
+        FamilyInfo(
+            "glm4_moe", "local", True, "GQA + q/k/v bias + qk-norm, MoE with shared experts"
+        ),
+        FamilyInfo("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
+        FamilyInfo(
+            "deepseek_v3",
+            "local",
+            False,
+            "MLA: without Transformer Engine MultiLatentAttention's isinstance check against "
+            "the TELinear stub raises, and the local DotProductAttention rejects k_channels",
+        ),
+        FamilyInfo(
+            "qwen3_next",
+            "te",
+            False,
+            "gated delta net: the experimental block spec requires Transformer Engine and "
+            "GatedDeltaNet requires the fla package",
+        ),
+    )
+}
+
+LOCAL_LAYER_KEY_MAP: Mapping[str, str] = {
+    "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+    "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
+}
+"""torch_dist renames of ``get_gpt_layer_local_spec`` (non-MLA): state_dict -> sharded prefix."""
+
+
+def _family(family_key: str) -> FamilyInfo:
+    try:
+        return FAMILIES[family_key]
+    except KeyError:
+        raise ValueError(
+            f"no Megatron description for family {family_key!r}; known: {sorted(FAMILIES)}"
+        ) from None
+
+
+def _text_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = hf_config.get("text_config")
+    if isinstance(inner, Mapping) and "num_hidden_layers" not in hf_config:
+        return inner
+    return hf_config
+
+
+def _mtp_count(cfg: Mapping[str, Any], family_key: str) -> int | None:
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if cfg.get(key) is not None:
+            return int(cfg[key]) or None
+    # Qwen3-Next configs declare nothing; its loaders assume one MTP layer.
+    return 1 if family_key == "qwen3_next" else None
+
+
+def _dtype_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    name = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+    if name in ("float16", "half"):
+        return {"fp16": True, "bf16": False, "params_dtype": torch.float16}
+    if name in ("float32", "float"):
+        return {"fp16": False, "bf16": False, "params_dtype": torch.float32}
+    return {"fp16": False, "bf16": True, "params_dtype": torch.bfloat16}
+
+
+def _moe_layer_freq(num_layers: int, first_dense: int) -> list[int]:
+    return [0 if k < first_dense else 1 for k in range(num_layers)]
+
+
+def _deepseek_style_moe(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    """MoE of DeepSeek-V3 and GLM-4.5: sigmoid router with expert bias, shared experts."""
+    shared = int(cfg.get("n_shared_experts") or 0)
+    return {
+        "num_moe_experts": int(cfg["n_routed_experts"]),
+        "moe_ffn_hidden_size": int(cfg["moe_intermediate_size"]),
+        "moe_router_topk": int(cfg["num_experts_per_tok"]),
+        "moe_layer_freq": _moe_layer_freq(num_layers, int(cfg.get("first_k_dense_replace", 0))),
+        "moe_shared_expert_intermediate_size": (
+            int(cfg["moe_intermediate_size"]) * shared if shared else None
+        ),
+        "moe_router_enable_expert_bias": True,
+        "moe_router_score_function": "sigmoid",
+        "moe_router_topk_scaling_factor": float(cfg.get("routed_scaling_factor", 1.0)),
+        "moe_router_num_groups": int(cfg.get("n_group") or 1),
+        "moe_router_group_topk": int(cfg.get("topk_group") or 1),
+        "moe_router_dtype": "fp32",
+        "moe_grouped_gemm": False,
+        "moe_aux_loss_coeff": 0.0,
+    }
+
+
+def _qwen3_next_moe(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    experts = int(cfg.get("num_experts") or 0)
+    if not experts:
+        return {}
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    dense_only = set(cfg.get("mlp_only_layers") or ())
+    freq = [1 if k not in dense_only and (k + 1) % step == 0 else 0 for k in range(num_layers)]
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+    return {
+        "num_moe_experts": experts,
+        "moe_ffn_hidden_size": int(cfg["moe_intermediate_size"]),
+        "moe_router_topk": int(cfg["num_experts_per_tok"]),
+        "moe_layer_freq": freq,
+        "moe_shared_expert_intermediate_size": shared or None,
+        "moe_shared_expert_gate": bool(shared),
+        "moe_router_score_function": "softmax",
+        "moe_router_dtype": "fp32",
+        "moe_grouped_gemm": False,
+        "moe_aux_loss_coeff": 0.0,
+    }
+
+
+def transformer_config_kwargs(hf_config: Mapping[str, Any], family_key: str) -> dict[str, Any]:
+    """Keyword arguments of megatron-core's ``TransformerConfig`` for an HF config.
+
+    The result builds a ``TransformerConfig`` (``MLATransformerConfig`` when
+    ``multi_latent_attention`` is set, see ``transformer_config_class``) on CPU with
+    ``use_cpu_initialization``. Decoder-layer patterns are lists (``moe_layer_freq``, and
+    ``linear_attention_freq`` for Qwen3-Next), as Megatron-Bridge writes them.
+    """
+    _family(family_key)
+    cfg = _text_config(hf_config)
+    num_layers = int(cfg["num_hidden_layers"])
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    kw: dict[str, Any] = {
+        "num_layers": num_layers,
+        "hidden_size": hidden,
+        "ffn_hidden_size": int(cfg["intermediate_size"]),
+        "num_attention_heads": heads,
+        "num_query_groups": int(cfg.get("num_key_value_heads") or heads),
+        "kv_channels": int(cfg.get("head_dim") or hidden // heads),
+        "normalization": "RMSNorm",
+        "layernorm_epsilon": float(cfg.get("rms_norm_eps", 1e-6)),
+        "gated_linear_unit": True,
+        "activation_func": F.silu,
+        "add_bias_linear": False,
+        "add_qkv_bias": bool(cfg.get("attention_bias", False)),
+        "qk_layernorm": False,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "mtp_num_layers": _mtp_count(cfg, family_key),
+        "use_cpu_initialization": True,
+        **_dtype_kwargs(cfg),
+    }
+    if family_key == "glm4_moe":
+        kw["qk_layernorm"] = bool(cfg.get("use_qk_norm", False))
+        kw.update(_deepseek_style_moe(cfg, num_layers))
+    elif family_key == "mimo":
+        kw["add_qkv_bias"] = True
+    elif family_key == "deepseek_v3":
+        kw.update(_mla_kwargs(cfg))
+        kw.update(_deepseek_style_moe(cfg, num_layers))
+    elif family_key == "qwen3_next":
+        kw.update(
+            {
+                "transformer_impl": "transformer_engine",
+                "qk_layernorm": True,
+                "attention_output_gate": True,
+                "layernorm_zero_centered_gamma": True,
+                "experimental_attention_variant": "gated_delta_net",
+                "linear_attention_freq": [
+                    1 if t == "linear_attention" else 0
+                    for t in cfg.get("layer_types") or ["full_attention"] * num_layers
+                ],
+                "linear_conv_kernel_dim": int(cfg["linear_conv_kernel_dim"]),
+                "linear_key_head_dim": int(cfg["linear_key_head_dim"]),
+                "linear_value_head_dim": int(cfg["linear_value_head_dim"]),
+                "linear_num_key_heads": int(cfg["linear_num_key_heads"]),
+                "linear_num_value_heads": int(cfg["linear_num_value_heads"]),
+            }
+        )
+        kw.update(_qwen3_next_moe(cfg, num_layers))
+    return kw
+
+
+def _mla_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    # transformers 5 writes ``rope_parameters``; older configs ``rope_scaling``
+    scaling = {**(cfg.get("rope_parameters") or {}), **(cfg.get("rope_scaling") or {})}
+    kw: dict[str, Any] = {
+        "multi_latent_attention": True,
+        "q_lora_rank": int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
+        "kv_lora_rank": int(cfg["kv_lora_rank"]),
+        "qk_head_dim": int(cfg["qk_nope_head_dim"]),
+        "qk_pos_emb_head_dim": int(cfg["qk_rope_head_dim"]),
+        "v_head_dim": int(cfg["v_head_dim"]),
+        "qk_layernorm": True,
+        "rotary_base": float(_rope_theta(cfg)),
+        "rope_type": "yarn" if scaling.get("rope_type", scaling.get("type")) == "yarn" else "rope",
+    }
+    if kw["rope_type"] == "yarn":
+        kw.update(
+            {
+                "rotary_scaling_factor": float(scaling.get("factor", 1.0)),
+                "original_max_position_embeddings": int(
+                    scaling.get("original_max_position_embeddings", 4096)
+                ),
+                "beta_fast": float(scaling.get("beta_fast", 32)),
+                "beta_slow": float(scaling.get("beta_slow", 1)),
+                "mscale": float(scaling.get("mscale", 1.0)),
+                "mscale_all_dim": float(scaling.get("mscale_all_dim", 0.0)),
+            }
+        )
+    return kw
+
+
+def _rope_theta(cfg: Mapping[str, Any]) -> float:
+    params = cfg.get("rope_parameters") or {}
+    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+
+
+def _partial_rotary(cfg: Mapping[str, Any]) -> float:
+    params = cfg.get("rope_parameters") or {}
+    return float(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+
+
+def transformer_config_class(transformer_kwargs: Mapping[str, Any]) -> type:
+    """``MLATransformerConfig`` for MLA kwargs, else ``TransformerConfig`` (imports megatron)."""
+    from megatron.core.transformer.transformer_config import (
+        MLATransformerConfig,
+        TransformerConfig,
+    )
+
+    if transformer_kwargs.get("multi_latent_attention"):
+        return MLATransformerConfig
+    return TransformerConfig
+
+
+def gpt_model_kwargs(hf_config: Mapping[str, Any], family_key: str) -> dict[str, Any]:
+    """``GPTModel`` constructor arguments besides config and specs."""
+    _family(family_key)
+    cfg = _text_config(hf_config)
+    return {
+        "vocab_size": int(cfg["vocab_size"]),
+        "max_sequence_length": int(cfg.get("max_position_embeddings", 4096)),
+        "position_embedding_type": "rope",
+        "rotary_percent": _partial_rotary(cfg),
+        "rotary_base": int(_rope_theta(cfg)),
+        "share_embeddings_and_output_weights": bool(cfg.get("tie_word_embeddings", False)),
+    }
+
+
+_ARG_NAMES = {
+    # TransformerConfig field -> Megatron-LM argument name, where they differ.
+    "layernorm_epsilon": "norm_epsilon",
+    "num_moe_experts": "num_experts",
+    "gated_linear_unit": "swiglu",
+}
+
+
+def args_namespace(
+    hf_config: Mapping[str, Any],
+    family_key: str,
+    *,
+    padded_vocab_size: int | None = None,
+    **overrides: Any,
+) -> argparse.Namespace:
+    """The Megatron-LM ``args`` a torch_dist checkpoint of this model stores in ``common.pt``.
+
+    Holds the model-shape arguments under Megatron-LM's names (``num_layers``, ``hidden_size``,
+    ``num_experts``, ``mtp_num_layers``, ``swiglu``, ...), single-rank parallel sizes and
+    ``ckpt_format="torch_dist"``. ``padded_vocab_size`` is the number of embedding rows
+    (default: the HF ``vocab_size``); ``make_vocab_size_divisible_by`` is chosen so that
+    Megatron-LM's padding of ``vocab_size`` reproduces it when they are equal. Only picklable
+    plain values are stored (no activation function).
+    """
+    kw = transformer_config_kwargs(hf_config, family_key)
+    model = gpt_model_kwargs(hf_config, family_key)
+    vocab = model["vocab_size"]
+    padded = vocab if padded_vocab_size is None else int(padded_vocab_size)
+    values: dict[str, Any] = {}
+    for name, value in kw.items():
+        if callable(value):
+            continue
+        values[_ARG_NAMES.get(name, name)] = list(value) if isinstance(value, list) else value
+    values.update(
+        {
+            "group_query_attention": kw["num_query_groups"] != kw["num_attention_heads"],
+            "max_position_embeddings": model["max_sequence_length"],
+            "position_embedding_type": model["position_embedding_type"],
+            # rope only: Megatron-LM compares this flag on load (default True when absent)
+            "add_position_embedding": False,
+            "tokenizer_type": "HuggingFaceTokenizer",
+            "rotary_percent": model["rotary_percent"],
+            "rotary_base": model["rotary_base"],
+            "untie_embeddings_and_output_weights": not model["share_embeddings_and_output_weights"],
+            "vocab_size": vocab,
+            "padded_vocab_size": padded,
+            "make_vocab_size_divisible_by": math.gcd(padded, 128),
+            "tensor_model_parallel_size": 1,
+            "pipeline_model_parallel_size": 1,
+            "expert_model_parallel_size": 1,
+            "expert_tensor_parallel_size": 1,
+            "context_parallel_size": 1,
+            "transformer_impl": kw.get("transformer_impl", "local"),
+            "ckpt_format": "torch_dist",
+            "model_family": family_key,
+        }
+    )
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def uses_stacked_layers(transformer_kwargs: Mapping[str, Any]) -> bool:
+    """Whether torch_dist stacks decoder layers under one key with a leading layer axis.
+
+    Mirrors ``TransformerBlock.sharded_state_dict`` (megatron-core 0.16.1) with the default
+    Megatron-LM metadata (``singleton_local_shards=False``): a list or an int > 1 in
+    ``moe_layer_freq`` or ``linear_attention_freq``, or heterogeneous block specs give
+    per-layer keys ``decoder.layers.{k}.…``.
+    """
+
+    def irregular(value: Any) -> bool:
+        return isinstance(value, list) or (isinstance(value, int) and value > 1)
+
+    return not (
+        irregular(transformer_kwargs.get("moe_layer_freq", 1))
+        or irregular(transformer_kwargs.get("linear_attention_freq"))
+        or transformer_kwargs.get("heterogeneous_block_specs", False)
+        or transformer_kwargs.get("hetereogenous_dist_checkpoint", False)
+    )
+
+
+def layer_key_map(transformer_kwargs: Mapping[str, Any]) -> dict[str, str]:
+    """torch_dist prefix renames inside one transformer layer (state_dict -> sharded key)."""
+    if transformer_kwargs.get("transformer_impl", "local") != "local":
+        return {}
+    if transformer_kwargs.get("multi_latent_attention"):
+        return {}
+    return dict(LOCAL_LAYER_KEY_MAP)
+
+
+# --- expected canonical names -------------------------------------------------------------
+
+
+def _layer_pattern(kw: Mapping[str, Any], name: str) -> list[int]:
+    value = kw.get(name)
+    n = int(kw["num_layers"])
+    if value is None:
+        return [0] * n
+    if isinstance(value, int):
+        if name == "moe_layer_freq":
+            return [1 if k % value == 0 else 0 for k in range(n)]
+        return [0 if (k + 1) % value == 0 else 1 for k in range(n)]
+    return [int(v) for v in value]
+
+
+def _attention_names(kw: Mapping[str, Any], spec: str, linear: bool) -> dict[str, Shape]:
+    h = int(kw["hidden_size"])
+    if linear:
+        return _gated_delta_net_names(kw)
+    if kw.get("multi_latent_attention"):
+        return _mla_names(kw, spec)
+    nq, ng, d = int(kw["num_attention_heads"]), int(kw["num_query_groups"]), int(kw["kv_channels"])
+    rows = (nq + 2 * ng) * d + (nq * d if kw.get("attention_output_gate") else 0)
+    out: dict[str, Shape] = {}
+    if spec == "local":
+        out["input_layernorm.weight"] = (h,)
+    else:
+        out["self_attention.linear_qkv.layer_norm_weight"] = (h,)
+    out["self_attention.linear_qkv.weight"] = (rows, h)
+    if kw.get("add_qkv_bias") or kw.get("add_bias_linear"):
+        out["self_attention.linear_qkv.bias"] = (rows,)
+    if kw.get("qk_layernorm"):
+        out["self_attention.q_layernorm.weight"] = (d,)
+        out["self_attention.k_layernorm.weight"] = (d,)
+    out["self_attention.linear_proj.weight"] = (h, nq * d)
+    if kw.get("add_bias_linear"):
+        out["self_attention.linear_proj.bias"] = (h,)
+    return out
+
+
+def _mla_names(kw: Mapping[str, Any], spec: str) -> dict[str, Shape]:
+    h, nq = int(kw["hidden_size"]), int(kw["num_attention_heads"])
+    q_lora, kv_lora = kw.get("q_lora_rank"), int(kw["kv_lora_rank"])
+    qk, rope, v = int(kw["qk_head_dim"]), int(kw["qk_pos_emb_head_dim"]), int(kw["v_head_dim"])
+    norms = bool(kw.get("qk_layernorm"))
+    p = "self_attention."
+    out: dict[str, Shape] = {"input_layernorm.weight": (h,)}
+    if q_lora:
+        out[p + "linear_q_down_proj.weight"] = (int(q_lora), h)
+        out[p + "linear_q_up_proj.weight"] = (nq * (qk + rope), int(q_lora))
+        if norms:
+            key = "q_layernorm.weight" if spec == "local" else "linear_q_up_proj.layer_norm_weight"
+            out[p + key] = (int(q_lora),)
+    else:
+        out[p + "linear_q_proj.weight"] = (nq * (qk + rope), h)
+    out[p + "linear_kv_down_proj.weight"] = (kv_lora + rope, h)
+    out[p + "linear_kv_up_proj.weight"] = (nq * (qk + v), kv_lora)
+    if norms:
+        key = "kv_layernorm.weight" if spec == "local" else "linear_kv_up_proj.layer_norm_weight"
+        out[p + key] = (kv_lora,)
+    out[p + "linear_proj.weight"] = (h, nq * v)
+    return out
+
+
+def _gated_delta_net_names(kw: Mapping[str, Any]) -> dict[str, Shape]:
+    h = int(kw["hidden_size"])
+    nk, nv = int(kw["linear_num_key_heads"]), int(kw["linear_num_value_heads"])
+    qk = int(kw["linear_key_head_dim"]) * nk
+    dv = int(kw["linear_value_head_dim"])
+    v = dv * nv
+    p = "self_attention."
+    return {
+        p + "in_proj.weight": (2 * qk + 2 * v + 2 * nv, h),
+        p + "in_proj.layer_norm_weight": (h,),
+        p + "conv1d.weight": (2 * qk + v, 1, int(kw["linear_conv_kernel_dim"])),
+        p + "dt_bias": (nv,),
+        p + "A_log": (nv,),
+        p + "out_norm.weight": (dv,),
+        p + "out_proj.weight": (h, v),
+    }
+
+
+def _mlp_names(kw: Mapping[str, Any], spec: str, moe: bool) -> dict[str, Shape]:
+    h = int(kw["hidden_size"])
+    glu = 2 if kw.get("gated_linear_unit") else 1
+    out: dict[str, Shape] = {}
+    if not moe:
+        f = int(kw["ffn_hidden_size"])
+        if spec == "local":
+            out["pre_mlp_layernorm.weight"] = (h,)
+        else:
+            out["mlp.linear_fc1.layer_norm_weight"] = (h,)
+        out["mlp.linear_fc1.weight"] = (glu * f, h)
+        out["mlp.linear_fc2.weight"] = (h, f)
+        return out
+    experts, fe = int(kw["num_moe_experts"]), int(kw["moe_ffn_hidden_size"])
+    out["pre_mlp_layernorm.weight"] = (h,)
+    out["mlp.router.weight"] = (experts, h)
+    if kw.get("moe_router_enable_expert_bias"):
+        out["mlp.router.expert_bias"] = (experts,)
+    for e in range(experts):
+        out[f"mlp.experts.local_experts.{e}.linear_fc1.weight"] = (glu * fe, h)
+        out[f"mlp.experts.local_experts.{e}.linear_fc2.weight"] = (h, fe)
+    fs = kw.get("moe_shared_expert_intermediate_size")
+    if fs:
+        out["mlp.shared_experts.linear_fc1.weight"] = (glu * int(fs), h)
+        out["mlp.shared_experts.linear_fc2.weight"] = (h, int(fs))
+        if kw.get("moe_shared_expert_gate"):
+            out["mlp.shared_experts.gate_weight"] = (1, h)
+    return out
+
+
+def _resolve_spec(family_key: str, spec: str | None) -> str:
+    family = _family(family_key)
+    spec = spec or family.spec
+    if spec not in ("local", "te"):
+        raise ValueError(f"spec must be 'local' or 'te', not {spec!r}")
+    if family.spec == "te" and spec == "local":
+        raise ValueError(f"{family_key} has no local (non Transformer Engine) layer spec")
+    return spec
+
+
+def expected_layer_names(
+    family_key: str, hf_config: Mapping[str, Any], layer: int = 0, *, spec: str | None = None
+) -> dict[str, Shape]:
+    """Canonical state_dict names and shapes of decoder layer ``layer``, relative to its prefix.
+
+    ``spec`` is ``local`` (``get_gpt_layer_local_spec``; the canonical contract) or ``te``
+    (Transformer Engine, as Megatron-Bridge builds the family); the default is the family's
+    spec (``te`` only for Qwen3-Next, which has no local spec).
+    """
+    spec = _resolve_spec(family_key, spec)
+    kw = transformer_config_kwargs(hf_config, family_key)
+    n = int(kw["num_layers"])
+    if not 0 <= layer < n:
+        raise ValueError(f"layer {layer} out of range for {n} decoder layers")
+    linear = _layer_pattern(kw, "linear_attention_freq")[layer] == 1
+    moe = kw.get("num_moe_experts") is not None and _layer_pattern(kw, "moe_layer_freq")[layer]
+    return {**_attention_names(kw, spec, linear), **_mlp_names(kw, spec, bool(moe))}
+
+
+def expected_mtp_layer_names(
+    family_key: str, hf_config: Mapping[str, Any], *, spec: str | None = None
+) -> dict[str, Shape]:
+    """Names of one MTP layer relative to ``mtp.layers.{i}.`` (inner layer = last decoder layer)."""
+    kw = transformer_config_kwargs(hf_config, family_key)
+    h = int(kw["hidden_size"])
+    inner = expected_layer_names(family_key, hf_config, int(kw["num_layers"]) - 1, spec=spec)
+    return {
+        "enorm.weight": (h,),
+        "hnorm.weight": (h,),
+        "eh_proj.weight": (h, 2 * h),
+        **{f"transformer_layer.{k}": v for k, v in inner.items()},
+        "final_layernorm.weight": (h,),
+    }
+
+
+def expected_model_names(
+    family_key: str,
+    hf_config: Mapping[str, Any],
+    *,
+    spec: str | None = None,
+    padded_vocab_size: int | None = None,
+) -> dict[str, Shape]:
+    """Every canonical tensor name and shape of the whole ``GPTModel`` including MTP."""
+    kw = transformer_config_kwargs(hf_config, family_key)
+    model = gpt_model_kwargs(hf_config, family_key)
+    h, vocab = int(kw["hidden_size"]), int(padded_vocab_size or model["vocab_size"])
+    out: dict[str, Shape] = {"embedding.word_embeddings.weight": (vocab, h)}
+    for k in range(int(kw["num_layers"])):
+        layer = expected_layer_names(family_key, hf_config, k, spec=spec)
+        out.update({f"decoder.layers.{k}.{name}": shape for name, shape in layer.items()})
+    out["decoder.final_layernorm.weight"] = (h,)
+    mtp = expected_mtp_layer_names(family_key, hf_config, spec=spec)
+    for i in range(int(kw.get("mtp_num_layers") or 0)):
+        out.update({f"mtp.layers.{i}.{name}": shape for name, shape in mtp.items()})
+    if not model["share_embeddings_and_output_weights"]:
+        out["output_layer.weight"] = (vocab, h)
+    return out

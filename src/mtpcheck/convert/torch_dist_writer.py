@@ -1,0 +1,327 @@
+"""Write canonical Megatron tensors as a real torch_dist checkpoint, without a model instance.
+
+``build_sharded_state_dict`` turns canonical names (``GPTModel.state_dict()`` names of the local
+layer spec; Transformer Engine models are refused) into the ShardedTensors and ShardedObjects
+that ``GPTModel.sharded_state_dict()`` of the equivalent single-rank model (TP = PP = EP = 1)
+produces: stacked or per-layer decoder keys, the expert axis, torch_dist key renames, SwiGLU
+``[gate; up]`` fragments, ``_extra_state`` objects of linear layers, replica ids.
+``write_torch_dist`` saves them with megatron-core's ``dist_checkpointing`` in the Megatron-LM
+directory layout::
+
+    dst_root/latest_checkpointed_iteration.txt      "<iteration>" or "release"
+    dst_root/iter_0000001/ (or release/)            metadata.json .metadata __0_0.distcp common.pt
+
+Tensors are wrapped as views, so peak memory is the tensors passed in plus the one chunk the
+storage writer copies at a time (a SwiGLU half, whose view does not own its storage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from megatron.core import dist_checkpointing, parallel_state
+from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
+from megatron.core.dist_checkpointing.strategies.torch import (
+    MCoreSavePlanner,
+    TorchDistSaveShardedStrategy,
+    _replace_state_dict_keys_with_sharded_keys,
+    mcore_to_pyt_state_dict,
+)
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import save as dcp_save
+
+from mtpcheck.convert.megatron_config import layer_key_map, uses_stacked_layers
+
+CHECKPOINT_VERSION = 3.0
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+CONTENT_METADATA: Mapping[str, Any] = {
+    "distrib_optim_sharding_type": "dp_reshardable",
+    "singleton_local_shards": False,
+    "chained_optim_avoid_prefix": True,
+}
+"""What Megatron-LM 0.16 stores as ``content_metadata`` and passes to ``sharded_state_dict``."""
+
+_REPLICA = (0, 0, 0)
+_DECODER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
+# megatron-core >= 0.17 names the inner layer ``mtp_model_layer`` in memory, on disk still
+# ``transformer_layer``
+_MTP_INNER = re.compile(r"(mtp\.layers\.\d+\.)(?:transformer_layer|mtp_model_layer)\.(.+)")
+_EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(.+)")
+_GLU_FC1 = re.compile(r"(?:^|\.)linear_fc1\.(?:weight|bias)$")
+_LINEAR_MODULE = re.compile(r"(?:^|\.)(?:linear_[a-z0-9_]+|eh_proj)$")
+_SHAPE_TOLERANT = ("embedding.word_embeddings.", "output_layer.")
+
+Offsets = tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    num_layers: int
+    num_experts: int
+    stacked: bool
+    glu: bool
+    key_map: Mapping[str, str]
+
+    @classmethod
+    def of(cls, transformer_kwargs: Mapping[str, Any]) -> _Layout:
+        impl = transformer_kwargs.get("transformer_impl", "local")
+        if impl != "local":
+            # TE modules split tensors on disk (gated delta net) and carry their own extra
+            # state, which cannot be reproduced (or checked) without Transformer Engine.
+            raise NotImplementedError(
+                f"only local-spec models can be written, not transformer_impl={impl!r}"
+            )
+        return cls(
+            num_layers=int(transformer_kwargs["num_layers"]),
+            num_experts=int(transformer_kwargs.get("num_moe_experts") or 0),
+            stacked=uses_stacked_layers(transformer_kwargs),
+            glu=bool(transformer_kwargs.get("gated_linear_unit", False)),
+            key_map=layer_key_map(transformer_kwargs),
+        )
+
+
+@dataclass(frozen=True)
+class _Placement:
+    key: str
+    """Sharded key of the tensor (without the SwiGLU fragment)."""
+    offsets: Offsets
+    """Prepended axes as ``(axis, offset, fragments)``: layer axis, then expert axis."""
+    glu_fc1: bool
+
+
+def _layer_inner(rest: str, layout: _Layout, prepend: Offsets, name: str) -> tuple[str, Offsets]:
+    """Sharded key and offsets of one name inside a transformer layer."""
+    expert = _EXPERT.fullmatch(rest)
+    if expert:
+        e = int(expert.group(1))
+        if not 0 <= e < layout.num_experts:
+            raise ValueError(f"{name}: expert {e} outside num_moe_experts={layout.num_experts}")
+        rest = f"mlp.experts.experts.{expert.group(2)}"
+        prepend = (*prepend, (len(prepend), e, layout.num_experts))
+    for old, new in layout.key_map.items():
+        if rest.startswith(old):
+            rest = new + rest[len(old) :]
+            break
+    return rest, prepend
+
+
+def _place(name: str, layout: _Layout) -> _Placement:
+    decoder = _DECODER.fullmatch(name)
+    mtp = _MTP_INNER.fullmatch(name)
+    if decoder:
+        k = int(decoder.group(1))
+        if not 0 <= k < layout.num_layers:
+            raise ValueError(f"{name}: layer {k} outside num_layers={layout.num_layers}")
+        if layout.stacked:
+            inner, offsets = _layer_inner(
+                decoder.group(2), layout, ((0, k, layout.num_layers),), name
+            )
+            key = f"decoder.layers.{inner}"
+        else:
+            inner, offsets = _layer_inner(decoder.group(2), layout, (), name)
+            key = f"decoder.layers.{k}.{inner}"
+    elif mtp:
+        inner, offsets = _layer_inner(mtp.group(2), layout, (), name)
+        key = f"{mtp.group(1)}transformer_layer.{inner}"
+    else:
+        return _Placement(name, (), False)
+    return _Placement(key, offsets, layout.glu and bool(_GLU_FC1.search(inner)))
+
+
+def _sharded_tensors(name: str, tensor: torch.Tensor, p: _Placement) -> list[ShardedTensor]:
+    tolerant = name.startswith(_SHAPE_TOLERANT)
+    n = len(p.offsets)
+    if not p.glu_fc1:
+        return [
+            ShardedTensor.from_rank_offsets(
+                p.key,
+                tensor,
+                *p.offsets,
+                replica_id=_REPLICA,
+                prepend_axis_num=n,
+                allow_shape_mismatch=tolerant,
+            )
+        ]
+    if tensor.shape[0] % 2:
+        raise ValueError(f"{name}: SwiGLU fc1 needs an even number of rows, got {tensor.shape}")
+    gate, up = torch.chunk(tensor, 2, dim=0)
+    return [
+        ShardedTensor.from_rank_offsets(
+            p.key, half, *p.offsets, (n, index, 2), replica_id=_REPLICA, prepend_axis_num=n
+        )
+        for index, half in enumerate((gate, up))
+    ]
+
+
+def _extra_state(name: str, p: _Placement) -> ShardedObject | None:
+    """The ``_extra_state`` object of the linear module owning this tensor, if it has one.
+
+    Megatron's local linear layers carry an (empty) extra state; norms, the router and the
+    embedding do not, and the GPT model drops the output layer's.
+    """
+    module = name.rpartition(".")[0]
+    if not _LINEAR_MODULE.search(module) or module == "output_layer":
+        return None
+    if p.offsets:
+        ordered = sorted(p.offsets)
+        shape = tuple(frag for _, _, frag in ordered)
+        offset = tuple(off for _, off, _ in ordered)
+    else:
+        shape, offset = (1,), (0,)
+    key = f"{p.key.rpartition('.')[0]}._extra_state"
+    return ShardedObject(key, None, shape, offset, replica_id=_REPLICA)
+
+
+def build_sharded_state_dict(
+    tensors: Mapping[str, torch.Tensor], transformer_kwargs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The model part of a torch_dist state dict for canonical tensors (no model instance).
+
+    Keys are canonical names (``…/_extra_state`` entries are named like the state_dict's);
+    values are ShardedTensors, a ``[gate, up]`` pair for SwiGLU ``linear_fc1`` tensors, or
+    ShardedObjects. The tensors are referenced, never copied.
+    """
+    layout = _Layout.of(transformer_kwargs)
+    out: dict[str, Any] = {}
+    for name, tensor in tensors.items():
+        if name.endswith("_extra_state"):
+            raise ValueError(f"{name}: pass tensors only; _extra_state entries are generated")
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        placement = _place(name, layout)
+        shards = _sharded_tensors(name, tensor, placement)
+        out[name] = shards if len(shards) > 1 else shards[0]
+        extra = _extra_state(name, placement)
+        if extra is not None:
+            out.setdefault(f"{name.rpartition('.')[0]}._extra_state", extra)
+    return out
+
+
+class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
+    """The torch_dist (version 1) save strategy, run synchronously on CPU.
+
+    The inherited ``save`` goes through the async writer, whose preload and finalize steps call
+    CUDA. This ``save`` hands megatron's translated state dict and planner to a plain
+    synchronous ``torch.distributed.checkpoint.save``; the files are those of a GPU save.
+    """
+
+    def __init__(self, thread_count: int = 1) -> None:
+        super().__init__("torch_dist", 1, thread_count=thread_count)
+
+    def save(self, sharded_state_dict: dict[str, Any], checkpoint_dir: str | Path) -> None:
+        by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
+            sharded_state_dict, self.keep_only_main_replica
+        )
+        planner = MCoreSavePlanner(
+            dedup_replicated_tensors=not self.keep_only_main_replica, flatten_state_dict=False
+        )
+        writer = FileSystemWriter(str(checkpoint_dir), thread_count=self.thread_count)
+        dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
+
+
+@contextlib.contextmanager
+def single_process_group() -> Iterator[None]:
+    """A one-rank gloo process group and TP=PP=1 model-parallel state for the duration.
+
+    Reuses what is already initialised (it must be single-rank) and tears down only what it
+    created.
+    """
+    created_group = False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        created_group = True
+    elif dist.get_world_size() != 1:
+        raise RuntimeError("write_torch_dist runs in a single process (world size 1)")
+    created_parallel = False
+    try:
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.initialize_model_parallel(1, 1)
+            created_parallel = True
+        yield
+    finally:
+        if created_parallel:
+            parallel_state.destroy_model_parallel()
+        if created_group:
+            dist.destroy_process_group()
+
+
+def iteration_dir_name(iteration: int | str) -> str:
+    """``iter_{:07d}`` or ``release``, as Megatron-LM names checkpoint directories."""
+    if iteration == "release":
+        return "release"
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise ValueError(f"iteration must be a non-negative int or 'release', not {iteration!r}")
+    return f"iter_{iteration:07d}"
+
+
+def _namespace(args: argparse.Namespace | Mapping[str, Any]) -> argparse.Namespace:
+    values = dict(vars(args)) if isinstance(args, argparse.Namespace) else dict(args)
+    return argparse.Namespace(**values)
+
+
+def _check_args(
+    ns: argparse.Namespace,
+    transformer_kwargs: Mapping[str, Any],
+    tensors: Mapping[str, torch.Tensor],
+) -> None:
+    for field in ("num_layers", "hidden_size", "mtp_num_layers"):
+        if not hasattr(ns, field):
+            raise ValueError(f"args lacks {field!r}")
+        if getattr(ns, field) != transformer_kwargs.get(field):
+            raise ValueError(
+                f"args.{field}={getattr(ns, field)!r} but the transformer config has "
+                f"{transformer_kwargs.get(field)!r}"
+            )
+    embedding = tensors.get("embedding.word_embeddings.weight")
+    padded = getattr(ns, "padded_vocab_size", None)
+    if embedding is not None and padded is not None and embedding.shape[0] != padded:
+        raise ValueError(
+            f"args.padded_vocab_size={padded} but the embedding has {embedding.shape[0]} rows"
+        )
+
+
+def write_torch_dist(
+    dst_root: str | Path,
+    tensors: Mapping[str, torch.Tensor],
+    transformer_kwargs: Mapping[str, Any],
+    args: argparse.Namespace | Mapping[str, Any],
+    iteration: int | str,
+) -> Path:
+    """Write ``tensors`` (canonical names) as a Megatron-LM torch_dist checkpoint.
+
+    ``common.pt`` holds ``args`` (an ``argparse.Namespace``), ``checkpoint_version`` 3.0,
+    ``iteration`` (0 for ``"release"``) and ``content_metadata``. Runs on CPU in this process;
+    a process group is created (and destroyed) when none exists. Returns the iteration
+    directory. Refuses to write into a non-empty iteration directory.
+    """
+    root = Path(dst_root)
+    ckpt_dir = root / iteration_dir_name(iteration)
+    if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
+        raise FileExistsError(f"{ckpt_dir} is not empty")
+    ns = _namespace(args)
+    _check_args(ns, transformer_kwargs, tensors)
+    model = build_sharded_state_dict(tensors, transformer_kwargs)
+    state = {
+        "args": ns,
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "iteration": 0 if iteration == "release" else iteration,
+        "model": model,
+    }
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with single_process_group():
+        dist_checkpointing.save(
+            state,
+            str(ckpt_dir),
+            sharded_strategy=SyncTorchDistSaveStrategy(),
+            content_metadata=dict(CONTENT_METADATA),
+        )
+    (root / TRACKER_FILE).write_text(str(iteration))
+    return ckpt_dir
