@@ -7,9 +7,15 @@ from pathlib import Path
 from mtpcheck.errors import InputError
 from mtpcheck.formats.hf_safetensors import HfSafetensorsReader
 from mtpcheck.formats.interface import CheckpointReader
+from mtpcheck.formats.megatron_dist import MegatronDistReader
+from mtpcheck.formats.megatron_legacy import MegatronLegacyReader
 from mtpcheck.model import Checkpoint
 
-READERS: tuple[CheckpointReader, ...] = (HfSafetensorsReader(),)
+READERS: tuple[CheckpointReader, ...] = (
+    MegatronDistReader(),
+    MegatronLegacyReader(),
+    HfSafetensorsReader(),
+)
 """Every known reader, in sniffing order."""
 
 READER_BY_FORMAT: dict[str, CheckpointReader] = {r.name: r for r in READERS}
@@ -24,8 +30,8 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     for reader in READERS:
         if reader.sniff(p):
             return reader.open(p)
-    # No reader recognises it: the default reader explains what it looked for.
-    return READERS[0].open(p)
+    # No reader recognises it: the default (last, HF) reader explains what it looked for.
+    return READERS[-1].open(p)
 
 
 __all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint"]

@@ -1,0 +1,231 @@
+"""Pieces shared by the Megatron readers: directory layout, canonical names, config, bytes.
+
+Canonical tensor names are those of ``GPTModel.state_dict()`` built with megatron-core's *local*
+(non-Transformer-Engine) layer spec, one tensor per layer and per expert:
+
+* ``mtp.layers.{i}.mtp_model_layer.`` (megatron-core >= 0.17 in-memory name) is spelled
+  ``mtp.layers.{i}.transformer_layer.`` (the torch_dist spelling of every version);
+* the fused-norm names that torch_dist writes even for the local spec, and that TE-spec
+  ``state_dict()`` uses, are undone:
+  ``<layer>.self_attention.linear_qkv.layer_norm_{weight,bias}`` becomes
+  ``<layer>.input_layernorm.{weight,bias}`` and
+  ``<layer>.mlp.linear_fc1.layer_norm_{weight,bias}`` becomes
+  ``<layer>.pre_mlp_layernorm.{weight,bias}`` (a TE-spec MoE layer already stores
+  ``pre_mlp_layernorm.weight``, which stays);
+* MLA fused norms (``self_attention.linear_q_up_proj.layer_norm_weight``,
+  ``self_attention.linear_kv_up_proj.layer_norm_weight``) have no local-spec counterpart and
+  keep their on-disk names.
+
+Layer stacking, expert axes and per-rank shards are format specific and live in the readers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from mtpcheck.errors import InputError
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+RUN_CONFIG_FILE = "run_config.yaml"
+MODEL_TYPE = "megatron"
+
+_ITERATION_DIR = re.compile(r"^(iter_\d{7,}|release)$")
+
+_RENAMES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"(^|\.)mtp\.layers\.(\d+)\.mtp_model_layer\."),
+        r"\1mtp.layers.\2.transformer_layer.",
+    ),
+    (
+        re.compile(r"\.self_attention\.linear_qkv\.layer_norm_(weight|bias)$"),
+        r".input_layernorm.\1",
+    ),
+    (re.compile(r"\.mlp\.linear_fc1\.layer_norm_(weight|bias)$"), r".pre_mlp_layernorm.\1"),
+)
+
+EMBEDDING_NAMES = ("embedding.word_embeddings.weight", "output_layer.weight")
+"""Tensors whose rows are the (possibly padded) vocabulary."""
+
+
+def canonical_name(name: str) -> str:
+    """Apply the spelling rules of the module docstring to one per-layer tensor name."""
+    for pattern, replacement in _RENAMES:
+        name = pattern.sub(replacement, name)
+    return name
+
+
+def is_model_key(key: str) -> bool:
+    """False for optimizer, RNG and other non-model items, and for ``_extra_state``."""
+    if "_extra_state" in key:
+        return False
+    head = key.split(".", 1)[0].split("/", 1)[0]
+    return head not in {
+        "optimizer",
+        "rng_state",
+        "rerun_state_machine",
+        "opt_param_scheduler",
+        "train_state",
+        "dataloader_state",
+    }
+
+
+# --- directory layout ---------------------------------------------------------------------
+
+
+def resolve_iteration_dir(path: Path) -> Path:
+    """Follow ``latest_checkpointed_iteration.txt`` from a save root; other paths pass through."""
+    tracker = path / TRACKER_FILE
+    if not tracker.is_file():
+        return path
+    try:
+        text = tracker.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(tracker, f"unreadable tracker file ({e})") from e
+    if text == "release":
+        target = path / "release"
+    elif text.isdigit():
+        target = path / f"iter_{int(text):07d}"
+    else:
+        raise InputError(tracker, f"expected an iteration number or 'release', found {text!r}")
+    if not target.is_dir():
+        raise InputError(tracker, f"names iteration {text}, but {target.name}/ does not exist")
+    return target
+
+
+def iteration_dirs(path: Path) -> list[Path]:
+    """The ``iter_XXXXXXX`` and ``release`` folders directly under ``path``."""
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and _ITERATION_DIR.match(p.name))
+    except OSError:
+        return []
+
+
+def no_iteration_error(path: Path, what: str) -> InputError:
+    """The error for a directory that holds neither a checkpoint nor a tracker file."""
+    found = iteration_dirs(path)
+    if found:
+        names = ", ".join(p.name for p in found[:3]) + (", ..." if len(found) > 3 else "")
+        return InputError(
+            path, f"no {TRACKER_FILE}; pass one of the iteration directories ({names})"
+        )
+    return InputError(path, f"not a {what} checkpoint directory")
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+def json_safe(value: Any) -> tuple[bool, Any]:
+    """(True, value) when ``value`` is plain JSON data (tuples become lists), else (False, None)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True, value
+    if isinstance(value, float):
+        return (math.isfinite(value), value if math.isfinite(value) else None)
+    if isinstance(value, (list, tuple)):
+        out = []
+        for item in value:
+            ok, safe = json_safe(item)
+            if not ok:
+                return False, None
+            out.append(safe)
+        return True, out
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            ok, safe = json_safe(item)
+            if not isinstance(key, str) or not ok:
+                return False, None
+            result[key] = safe
+        return True, result
+    return False, None
+
+
+def config_from_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the JSON-safe entries of ``values`` (an ``args`` namespace or a YAML section)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        ok, safe = json_safe(value)
+        if ok and isinstance(key, str):
+            out[key] = safe
+    return out
+
+
+def args_config(args: Any) -> dict[str, Any]:
+    """Config entries from a Megatron-LM ``args`` namespace (or dict); ``{}`` for anything else."""
+    if isinstance(args, Mapping):
+        return config_from_mapping(args)
+    fields = getattr(args, "__dict__", None)
+    return config_from_mapping(fields) if isinstance(fields, dict) else {}
+
+
+def unpadded_rows(config: Mapping[str, Any], stored_rows: int) -> int | None:
+    """Rows to keep of a vocab tensor: ``vocab_size`` when the args declare padding beyond it."""
+    vocab = config.get("vocab_size")
+    padded = config.get("padded_vocab_size")
+    if not isinstance(vocab, int) or not isinstance(padded, int) or isinstance(vocab, bool):
+        return None
+    if 0 < vocab < stored_rows and padded == stored_rows:
+        return vocab
+    return None
+
+
+def count_decoder_layers(names: Iterable[str]) -> int:
+    """Number of distinct ``decoder.layers.{k}`` indices among canonical names."""
+    found = {int(m.group(1)) for n in names if (m := re.match(r"decoder\.layers\.(\d+)\.", n))}
+    return len(found)
+
+
+# --- dtypes and bytes -----------------------------------------------------------------------
+
+_SAFETENSORS_DTYPE = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e8m0fnu": "F8_E8M0",
+    "int16": "I16",
+    "uint16": "U16",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int32": "I32",
+    "uint32": "U32",
+    "float32": "F32",
+    "int64": "I64",
+    "uint64": "U64",
+    "float64": "F64",
+    "complex64": "C64",
+}
+
+
+def safetensors_dtype(dtype: Any) -> str:
+    """Safetensors dtype code of a torch dtype; an unknown one keeps its torch name."""
+    name = str(dtype).removeprefix("torch.")
+    return _SAFETENSORS_DTYPE.get(name, f"torch.{name}")
+
+
+def element_size(dtype: Any) -> int:
+    """Bytes per element of a torch dtype."""
+    itemsize = getattr(dtype, "itemsize", None)
+    if isinstance(itemsize, int):
+        return itemsize
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def tensor_chunks(tensor: Any, chunk_bytes: int) -> Iterator[bytes]:
+    """Raw little-endian bytes of a tensor in C order, at most ``chunk_bytes`` at a time.
+
+    The bytes are reinterpreted, never converted, so bf16, fp8 and NaN payloads are exact.
+    """
+    import torch
+
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+    view = memoryview(flat.numpy())
+    step = max(1, chunk_bytes)
+    for start in range(0, len(view), step):
+        yield bytes(view[start : start + step])

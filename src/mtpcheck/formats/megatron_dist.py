@@ -1,0 +1,493 @@
+"""Megatron-Core ``torch_dist`` checkpoints, read without megatron-core.
+
+Accepted inputs: a save root with ``latest_checkpointed_iteration.txt`` (an iteration number or
+``release``), an iteration directory (``iter_XXXXXXX/`` or ``release/``), or a file inside one.
+An iteration directory holds ``metadata.json`` (written last, when the save finished),
+``.metadata`` (the pickled torch.distributed.checkpoint ``Metadata``), ``__*.distcp`` data files
+and ``common.pt``; Megatron-Bridge adds ``run_config.yaml``.
+
+Opening reads ``.metadata``, ``common.pt`` and ``run_config.yaml`` only. Each tensor chunk is a
+``torch.save`` blob at a byte range of a ``.distcp`` file; :meth:`read_chunks` loads just the
+chunks of the one tensor asked for. Keys are mapped to canonical names
+(:mod:`mtpcheck.formats.megatron_common`), and additionally:
+
+* a stacked key ``<block>.layers.X`` with a leading layer axis becomes ``<block>.layers.{k}.X``;
+* ``...mlp.experts.experts.X`` with an expert axis becomes ``...mlp.experts.local_experts.{e}.X``
+  (and ``experts.experts.{e}.X`` of singleton-shard saves likewise);
+* ``linear_fc1.weight_w`` / ``linear_fc1.weight_v`` (gate and up halves of singleton-shard saves)
+  become one ``linear_fc1.weight``, gate rows first;
+* ``embedding.word_embeddings.weight`` and ``output_layer.weight`` keep only ``vocab_size`` rows
+  when the saved args declare a larger ``padded_vocab_size``; otherwise all stored rows.
+
+``_extra_state`` items and optimizer, RNG and other non-model keys are ignored. ``config`` holds
+the JSON-safe fields of ``common.pt['args']``, overlaid by ``run_config.yaml``'s ``model:``
+section, plus ``model_type: "megatron"``. ``mtp_num_layers`` keeps its saved value, ``None``
+included (MTP off); ``num_layers`` is counted from the tensors when no config declares it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mtpcheck.errors import InputError
+from mtpcheck.formats.megatron_common import (
+    EMBEDDING_NAMES,
+    MODEL_TYPE,
+    RUN_CONFIG_FILE,
+    TRACKER_FILE,
+    args_config,
+    canonical_name,
+    config_from_mapping,
+    count_decoder_layers,
+    element_size,
+    is_model_key,
+    iteration_dirs,
+    no_iteration_error,
+    resolve_iteration_dir,
+    safetensors_dtype,
+    tensor_chunks,
+    unpadded_rows,
+)
+from mtpcheck.formats.safe_pickle import load_raw_pickle, load_tensor_blob, load_torch_file
+from mtpcheck.model import IntegrityIssue, TensorMeta
+
+FORMAT = "megatron-torch-dist"
+_SNIFFED_FILES = (".metadata", "metadata.json", "common.pt")
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One stored chunk (or the part of it) that fills a region of a canonical tensor."""
+
+    file: str
+    offset: int
+    length: int
+    chunk_offsets: tuple[int, ...]
+    chunk_sizes: tuple[int, ...]
+    fixed: tuple[int, ...]
+    """Indices along the leading layer/expert axes that this canonical tensor takes."""
+    row_shift: int = 0
+
+
+@dataclass
+class _Plan:
+    key: str
+    dtype: Any
+    shape: tuple[int, ...]
+    pieces: list[_Piece] = field(default_factory=list)
+    rows: int | None = None
+
+
+@dataclass(frozen=True)
+class MegatronDistCheckpoint:
+    """An opened torch_dist checkpoint; tensor bytes are read per tensor, on demand."""
+
+    path: str
+    config: Mapping[str, Any]
+    config_path: str | None
+    tensors: Mapping[str, TensorMeta]
+    issues: tuple[IntegrityIssue, ...]
+    directory: str
+    plans: Mapping[str, _Plan] = field(repr=False)
+    format: str = FORMAT
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        meta = self.tensors[name]
+        if not meta.readable:
+            raise InputError(meta.file, f"tensor {name!r} has chunks past the end of the file")
+        yield from tensor_chunks(_assemble(Path(self.directory), self.plans[name]), chunk_bytes)
+
+
+class MegatronDistReader:
+    """Reader for Megatron-Core torch_dist checkpoints."""
+
+    name = FORMAT
+
+    def __init__(self, trust_pickle: bool = False) -> None:
+        self.trust_pickle = trust_pickle
+
+    def sniff(self, path: Path) -> bool:
+        if path.is_file():
+            return path.name in _SNIFFED_FILES or path.suffix == ".distcp"
+        if not path.is_dir():
+            return False
+        if (path / TRACKER_FILE).is_file():
+            try:
+                return _looks_dist(resolve_iteration_dir(path))
+            except InputError:
+                return True  # let open() report the broken tracker
+        return _looks_dist(path) or any(_looks_dist(d) for d in iteration_dirs(path))
+
+    def open(self, path: Path) -> MegatronDistCheckpoint:
+        if not path.exists():
+            raise InputError(path, "no such file or directory")
+        directory = resolve_iteration_dir(path.parent if path.is_file() else path)
+        if not _looks_dist(directory):
+            raise no_iteration_error(directory, "Megatron torch_dist")
+        metadata_file = directory / ".metadata"
+        if not metadata_file.is_file():
+            raise InputError(
+                metadata_file, "missing: a torch_dist checkpoint needs its .metadata tensor index"
+            )
+        if not (directory / "metadata.json").is_file():
+            other = "" if (directory / "common.pt").is_file() else " or a plain DCP save"
+            raise InputError(
+                directory,
+                f"half-written torch_dist checkpoint{other}: .metadata is present but "
+                "metadata.json is missing (the save did not finish; metadata.json is written last)",
+            )
+        _check_metadata_json(directory / "metadata.json")
+        config, config_path, issues = _load_config(directory, self.trust_pickle)
+        metadata = load_raw_pickle(metadata_file, trust_pickle=self.trust_pickle)
+        plans, plan_issues = _build_plans(metadata_file, metadata, config)
+        issues.extend(plan_issues)
+        tensors, range_issues = _tensor_metas(directory, plans)
+        issues.extend(range_issues)
+        if "num_layers" not in config:
+            config["num_layers"] = count_decoder_layers(list(tensors))
+        return MegatronDistCheckpoint(
+            path=str(path),
+            config=config,
+            config_path=config_path,
+            tensors=tensors,
+            issues=tuple(issues),
+            directory=str(directory),
+            plans=plans,
+        )
+
+
+def _looks_dist(directory: Path) -> bool:
+    if (directory / ".metadata").is_file() or (directory / "metadata.json").is_file():
+        return True
+    return any(directory.glob("*.distcp"))
+
+
+def _check_metadata_json(path: Path) -> None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(path, f"invalid JSON ({e})") from e
+    backend = raw.get("sharded_backend") if isinstance(raw, dict) else None
+    if backend != "torch_dist":
+        raise InputError(path, f"sharded_backend is {backend!r}; only 'torch_dist' is supported")
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+def _load_config(
+    directory: Path, trust_pickle: bool
+) -> tuple[dict[str, Any], str | None, list[IntegrityIssue]]:
+    config: dict[str, Any] = {}
+    config_path: str | None = None
+    issues: list[IntegrityIssue] = []
+    common = directory / "common.pt"
+    if common.is_file():
+        content = load_torch_file(common, trust_pickle=trust_pickle)
+        args = content.get("args") if isinstance(content, dict) else None
+        config.update(args_config(args))
+        config_path = str(common)
+    else:
+        issues.append(
+            IntegrityIssue("missing-file", "common.pt", "common.pt is missing (no saved args)")
+        )
+    run_config = directory / RUN_CONFIG_FILE
+    if run_config.is_file():
+        section = _yaml_model_section(run_config)
+        if section is None:
+            issues.append(
+                IntegrityIssue(
+                    "config-unread", RUN_CONFIG_FILE, "PyYAML is not installed; not read"
+                )
+            )
+        else:
+            config.update(config_from_mapping(section))
+            config_path = str(run_config)
+    config["model_type"] = MODEL_TYPE
+    return config, config_path, issues
+
+
+def _yaml_model_section(path: Path) -> Mapping[str, Any] | None:
+    """The ``model:`` mapping of a Megatron-Bridge run config; None when PyYAML is missing."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+
+    class _Loader(yaml.SafeLoader):
+        """Safe loader that reads python-tagged nodes as plain data instead of objects."""
+
+    def plain(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+    _Loader.add_multi_constructor("", plain)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.load(f, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(path, f"invalid YAML ({reason})") from e
+    model = raw.get("model") if isinstance(raw, dict) else None
+    if not isinstance(model, dict):
+        raise InputError(path, "run config has no 'model:' section")
+    return model
+
+
+# --- tensor plans -------------------------------------------------------------------------
+
+
+def _template(key: str) -> tuple[list[str], list[int]]:
+    """Split an on-disk key into name parts plus the positions that take axis indices."""
+    parts = key.split(".")
+    slots: list[int] = []
+    for i, part in enumerate(parts[:-1]):
+        if part == "layers":
+            if not parts[i + 1].isdigit():
+                parts.insert(i + 1, "")
+                slots.append(i + 1)
+            break
+    for i in range(len(parts) - 2):
+        if parts[i] == "experts" and parts[i + 1] == "experts":
+            parts[i + 1] = "local_experts"
+            if not parts[i + 2].isdigit():
+                parts.insert(i + 2, "")
+                slots.append(i + 2)
+            break
+    return parts, slots
+
+
+def _glu_half(name: str) -> tuple[str, str | None]:
+    """``...linear_fc1.weight_w`` -> (``...linear_fc1.weight``, ``w``); others unchanged."""
+    stem, _, last = name.rpartition(".")
+    if stem.endswith("linear_fc1") and last in ("weight_w", "weight_v", "bias_w", "bias_v"):
+        return f"{stem}.{last[:-2]}", last[-1]
+    return name, None
+
+
+def _build_plans(
+    metadata_file: Path, metadata: Any, config: Mapping[str, Any]
+) -> tuple[dict[str, _Plan], list[IntegrityIssue]]:
+    state = getattr(metadata, "state_dict_metadata", None)
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(state, dict) or not isinstance(storage, dict):
+        raise InputError(metadata_file, "not a torch.distributed.checkpoint Metadata object")
+    locations = {
+        (getattr(k, "fqn", None), _tuple(getattr(k, "offset", None))): v for k, v in storage.items()
+    }
+    halves: dict[str, dict[str | None, _Plan]] = {}
+    duplicates: dict[str, tuple[str, str]] = {}
+    issues: list[IntegrityIssue] = []
+    for key, item in state.items():
+        chunks = getattr(item, "chunks", None)
+        properties = getattr(item, "properties", None)
+        if chunks is None or properties is None or not is_model_key(key):
+            continue  # bytes items (_extra_state, RNG) and non-model tensors
+        size = _tuple(getattr(item, "size", None)) or ()
+        parts, slots = _template(key)
+        if len(slots) > len(size):
+            parts, slots = key.split("."), []
+        inner = size[len(slots) :]
+        for chunk in chunks:
+            offsets, sizes = _tuple(chunk.offsets), _tuple(chunk.sizes)
+            where = locations.get((key, offsets))
+            if where is None or len(offsets) != len(size) or len(sizes) != len(size):
+                raise InputError(metadata_file, f"no storage entry for chunk {offsets} of {key}")
+            spans = [range(offsets[a], offsets[a] + sizes[a]) for a in range(len(slots))]
+            for fixed in itertools.product(*spans):
+                for slot, index in zip(slots, fixed, strict=True):
+                    parts[slot] = str(index)
+                name, half = _glu_half(canonical_name(".".join(parts)))
+                plan = halves.setdefault(name, {}).get(half)
+                if plan is None:
+                    plan = _Plan(key, properties.dtype, inner)
+                    halves[name][half] = plan
+                elif plan.key != key:
+                    duplicates.setdefault(name, (plan.key, key))
+                    continue
+                plan.pieces.append(_piece(where, offsets, sizes, fixed, metadata_file, key))
+    plans: dict[str, _Plan] = {}
+    for name, by_half in sorted(halves.items()):
+        plans[name] = _join_halves(name, by_half, issues)
+        if name in EMBEDDING_NAMES and plans[name].shape:
+            plans[name].rows = unpadded_rows(config, plans[name].shape[0])
+    issues.extend(
+        IntegrityIssue(
+            "duplicate-tensor", name, f"{first} and {second} both map to {name}; {first} is used"
+        )
+        for name, (first, second) in sorted(duplicates.items())
+    )
+    issues.extend(_coverage_issues(plans))
+    return plans, issues
+
+
+def _piece(
+    where: Any,
+    offsets: tuple[int, ...],
+    sizes: tuple[int, ...],
+    fixed: tuple[int, ...],
+    metadata_file: Path,
+    key: str,
+) -> _Piece:
+    relative = str(getattr(where, "relative_path", ""))
+    pure = PurePosixPath(relative)
+    if not relative or pure.is_absolute() or ".." in pure.parts:
+        raise InputError(metadata_file, f"chunk of {key} points to {relative!r}, outside the dir")
+    if getattr(where, "transform_descriptors", None):
+        raise InputError(metadata_file, f"chunk of {key} is stored transformed (unsupported)")
+    return _Piece(relative, int(where.offset), int(where.length), offsets, sizes, fixed)
+
+
+def _join_halves(
+    name: str, by_half: dict[str | None, _Plan], issues: list[IntegrityIssue]
+) -> _Plan:
+    if set(by_half) != {"w", "v"}:
+        return next(iter(by_half.values()))
+    gate, up = by_half["w"], by_half["v"]
+    if gate.dtype != up.dtype or gate.shape[1:] != up.shape[1:] or not gate.shape:
+        issues.append(IntegrityIssue("glu-halves-mismatch", name, f"{gate.key} vs {up.key}"))
+        return gate
+    shift = gate.shape[0]
+    shifted = [
+        _Piece(p.file, p.offset, p.length, p.chunk_offsets, p.chunk_sizes, p.fixed, shift)
+        for p in up.pieces
+    ]
+    joined = (shift + up.shape[0], *gate.shape[1:])
+    return _Plan(gate.key, gate.dtype, joined, gate.pieces + shifted)
+
+
+def _covered(plan: _Plan) -> int:
+    return sum(math.prod(p.chunk_sizes[len(p.fixed) :]) for p in plan.pieces)
+
+
+def _coverage_issues(plans: Mapping[str, _Plan]) -> list[IntegrityIssue]:
+    """Tensors whose stored chunks do not add up to the whole tensor (they are unreadable)."""
+    return [
+        IntegrityIssue(
+            "incomplete-tensor",
+            name,
+            f"{name}: stored chunks hold {_covered(plan)} of {math.prod(plan.shape)} elements",
+        )
+        for name, plan in plans.items()
+        if _covered(plan) != math.prod(plan.shape)
+    ]
+
+
+def _tuple(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value) if value is not None else ()
+
+
+def _tensor_metas(
+    directory: Path, plans: Mapping[str, _Plan]
+) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+    sizes: dict[str, int] = {}
+    for plan in plans.values():
+        for piece in plan.pieces:
+            if piece.file not in sizes:
+                try:
+                    sizes[piece.file] = os.stat(directory / piece.file).st_size
+                except FileNotFoundError as e:
+                    raise InputError(
+                        directory / piece.file, "named in .metadata, but the file is missing"
+                    ) from e
+                except OSError as e:
+                    raise InputError(directory / piece.file, e.strerror or str(e)) from e
+    cut: dict[str, list[str]] = {}
+    tensors: dict[str, TensorMeta] = {}
+    for name, plan in plans.items():
+        past = sorted({p.file for p in plan.pieces if p.offset + p.length > sizes[p.file]})
+        for file in past:
+            cut.setdefault(file, []).append(name)
+        shape = plan.shape if plan.rows is None else (plan.rows, *plan.shape[1:])
+        tensors[name] = TensorMeta(
+            name=name,
+            dtype=safetensors_dtype(plan.dtype),
+            shape=tuple(shape),
+            file=str(directory / plan.pieces[0].file),
+            offset=0,
+            nbytes=math.prod(shape) * element_size(plan.dtype),
+            readable=not past and _covered(plan) == math.prod(plan.shape),
+        )
+    issues = [
+        IntegrityIssue(
+            "chunk-out-of-range",
+            file,
+            f"{file} is {sizes[file]} bytes, but chunks of {len(names)} tensors end past it "
+            f"(e.g. {names[0]})",
+        )
+        for file, names in sorted(cut.items())
+    ]
+    return tensors, issues
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _assemble(directory: Path, plan: _Plan) -> Any:
+    import torch
+
+    out = None
+    for piece in plan.pieces:
+        path = directory / piece.file
+        chunk = load_tensor_blob(_read_range(path, piece.offset, piece.length), path)
+        if not isinstance(chunk, torch.Tensor) or chunk.numel() != math.prod(piece.chunk_sizes):
+            raise InputError(path, f"chunk at byte {piece.offset} is not the expected tensor")
+        if chunk.dtype != plan.dtype:
+            raise InputError(path, f"chunk of {plan.key} is {chunk.dtype}, expected {plan.dtype}")
+        chunk = chunk.reshape(piece.chunk_sizes)
+        n = len(piece.fixed)
+        if n:
+            chunk = chunk[
+                tuple(f - o for f, o in zip(piece.fixed, piece.chunk_offsets[:n], strict=True))
+            ]
+        if len(plan.pieces) == 1 and tuple(chunk.shape) == plan.shape:
+            out = chunk
+            break
+        if out is None:
+            out = torch.empty(plan.shape, dtype=plan.dtype)
+        out[_region(piece)] = chunk
+    if out is None:
+        out = torch.empty(plan.shape, dtype=plan.dtype)
+    return out if plan.rows is None else out[: plan.rows]
+
+
+def _region(piece: _Piece) -> tuple[slice, ...]:
+    """Where a chunk (minus its fixed leading axes) lands in the canonical tensor."""
+    n = len(piece.fixed)
+    starts = list(piece.chunk_offsets[n:])
+    if starts:
+        starts[0] += piece.row_shift
+    return tuple(
+        slice(start, start + size)
+        for start, size in zip(starts, piece.chunk_sizes[n:], strict=True)
+    )
+
+
+def _read_range(path: Path, offset: int, length: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    try:
+        blob = os.pread(fd, length, offset)
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    finally:
+        os.close(fd)
+    if len(blob) != length:
+        raise InputError(path, f"file ended inside the chunk at bytes {offset}..{offset + length}")
+    return blob

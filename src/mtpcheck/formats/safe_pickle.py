@@ -1,0 +1,326 @@
+"""Load pickled checkpoint files without running code from them.
+
+Megatron checkpoints are pickles: ``.pt`` files written by ``torch.save`` (``common.pt``,
+``model_optim_rng.pt``) and the raw pickle ``.metadata`` of a torch.distributed.checkpoint (DCP)
+save. Unpickling calls whatever callable the file names, so a hostile file can run code. Every
+loader here resolves only an allowlist of globals:
+
+* ``.pt`` files go through ``torch.load(weights_only=True)`` (torch's own tensor allowlist) plus
+  the few standard-library types megatron-core allowlists for its own loads (``argparse``
+  and ``types`` namespaces, ``pathlib`` paths, ``io.BytesIO``, ``signal.Signals``). The
+  pickle's globals are listed statically first, so a refused file is never executed.
+* ``.metadata`` uses a restricted :class:`pickle.Unpickler` that knows the DCP metadata classes,
+  ``torch.Size``, dtypes, ``pathlib`` paths and plain containers.
+
+Classes from ``megatron*`` modules, and in ``.pt`` files the numpy arrays of a saved RNG
+state, become :class:`Placeholder` objects that only store their state, so neither megatron nor
+numpy is imported. ``trust_pickle=True`` lifts the allowlist (megatron classes still become
+placeholders); use it only for files from a trusted source.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+import pickle
+import re
+import types
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mtpcheck.errors import InputError
+
+PLACEHOLDER_PREFIXES = ("megatron",)
+"""Modules whose classes are replaced by inert placeholders."""
+
+
+class Placeholder:
+    """Inert stand-in for a class of an unavailable module: it only records its state."""
+
+    _qualified_name = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Placeholder:
+        obj = super().__new__(cls)
+        obj.__dict__["_args"] = args
+        return obj
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.__dict__["_args"] = args
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state = {**(state[0] or {}), **state[1]}
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.__dict__["_state"] = state
+
+    def __repr__(self) -> str:
+        return f"<{self._qualified_name}>"
+
+
+@functools.cache
+def placeholder_for(qualified_name: str) -> type[Placeholder]:
+    """One placeholder class per original class name (cached, so identities are stable)."""
+    short = qualified_name.rsplit(".", 1)[-1]
+    return type(short, (Placeholder,), {"_qualified_name": qualified_name})
+
+
+def _is_placeholder_module(module: str) -> bool:
+    return module.split(".", 1)[0].startswith(PLACEHOLDER_PREFIXES)
+
+
+def _refusal(path: str | Path, qualified_name: str) -> InputError:
+    return InputError(
+        path,
+        f"refusing to unpickle {qualified_name} (not on the allowlist); "
+        "loading this file could run arbitrary code",
+    )
+
+
+# --- .pt files: torch.load(weights_only=True) with a few extra globals ----------------------
+
+_NUMPY_GLOBALS = frozenset(
+    {
+        "numpy.core.multiarray._reconstruct",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.core.multiarray.scalar",
+        "numpy._core.multiarray.scalar",
+        "numpy.ndarray",
+        "numpy.dtype",
+    }
+)
+"""What a pickled numpy array or scalar names; Megatron-LM's saved RNG state holds some."""
+
+
+def _plain_pt_global(qualified_name: str) -> Any | None:
+    """The standard-library types Megatron's own ``weights_only`` loads allow, or None."""
+    if qualified_name == "argparse.Namespace":
+        import argparse
+
+        return argparse.Namespace
+    if qualified_name == "types.SimpleNamespace":
+        import types as types_module
+
+        return types_module.SimpleNamespace
+    if qualified_name in ("pathlib.PosixPath", "pathlib._local.PosixPath"):
+        import pathlib
+
+        return pathlib.PurePosixPath
+    if qualified_name == "_io.BytesIO":
+        return io.BytesIO
+    if qualified_name == "signal.Signals":
+        import signal
+
+        return signal.Signals
+    return None
+
+
+def _extra_pt_global(qualified_name: str) -> Any | None:
+    """Resolve a global allowed in ``.pt`` files beyond torch's defaults, or None.
+
+    These are the globals megatron-core itself allowlists for its ``weights_only`` loads
+    (``args`` holds a Namespace, enums and an exit signal; TE extra state is a BytesIO).
+    megatron classes and numpy values (RNG state) are never needed, so they load as
+    placeholders: no megatron or numpy code runs while unpickling.
+    """
+    module = qualified_name.rpartition(".")[0]
+    if _is_placeholder_module(module) or qualified_name in _NUMPY_GLOBALS:
+        return placeholder_for(qualified_name)
+    return _plain_pt_global(qualified_name)
+
+
+_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def load_torch_file(path: str | Path, *, trust_pickle: bool = False, mmap: bool = False) -> Any:
+    """Load a ``torch.save`` file on CPU, resolving only allowlisted globals."""
+    import torch
+
+    if trust_pickle:
+        return _load_trusted(path, mmap=mmap)
+    extra: list[tuple[Any, str]] = []
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except (ValueError, pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile) as e:
+        if not zipfile.is_zipfile(str(path)):
+            names = []  # legacy (non-zip) torch.save format: weights_only alone guards it
+        else:
+            raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    for qualified_name in sorted(names):
+        obj = _extra_pt_global(qualified_name)
+        if obj is None:
+            raise _refusal(path, qualified_name)
+        extra.append((obj, qualified_name))
+    try:
+        with torch.serialization.safe_globals(extra):
+            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        found = _UNSUPPORTED_GLOBAL.search(str(e))
+        if found:
+            raise _refusal(path, found.group(1)) from e
+        raise InputError(path, f"unreadable pickle ({_one_line(e)})") from e
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except (RuntimeError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
+
+
+def load_tensor_blob(blob: bytes, where: str | Path) -> Any:
+    """Load one ``torch.save``-d tensor held in memory (a DCP chunk); tensors only."""
+    import torch
+
+    try:
+        return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = _UNSUPPORTED_GLOBAL.search(str(e))
+        if found:
+            raise _refusal(where, found.group(1)) from e
+        raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
+    except (RuntimeError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
+
+
+class _TrustingUnpickler(pickle.Unpickler):
+    """Unrestricted, except that megatron classes become placeholders (no megatron import)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if _is_placeholder_module(module):
+            return placeholder_for(f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+_TRUSTING_PICKLE_MODULE = types.SimpleNamespace(
+    Unpickler=_TrustingUnpickler,
+    load=lambda f, **kw: _TrustingUnpickler(f, **kw).load(),
+    __name__="mtpcheck_trusting_pickle",
+)
+
+
+def _load_trusted(path: str | Path, *, mmap: bool) -> Any:
+    import torch
+
+    try:
+        return torch.load(
+            str(path),
+            map_location="cpu",
+            weights_only=False,
+            mmap=mmap,
+            pickle_module=_TRUSTING_PICKLE_MODULE,
+        )
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except Exception as e:  # a trusted file may still be corrupt; any failure is bad input
+        raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
+
+
+# --- raw pickles: the DCP .metadata file ----------------------------------------------------
+
+_DCP_METADATA_CLASSES = frozenset(
+    {
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
+    }
+)
+_BUILTINS = frozenset(
+    {"dict", "list", "tuple", "set", "frozenset", "bytearray", "bytes", "complex", "slice"}
+)
+
+
+def _metadata_global(module: str, name: str) -> Callable[..., Any] | None:
+    """Resolve an allowlisted global of a DCP ``.metadata`` pickle, or None."""
+    if _is_placeholder_module(module):
+        return placeholder_for(f"{module}.{name}")
+    if module == "torch.distributed.checkpoint.metadata" and name in _DCP_METADATA_CLASSES:
+        return getattr(importlib.import_module(module), name)
+    if module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo":
+        return getattr(importlib.import_module(module), name)
+    if module == "torch":
+        import torch
+
+        obj = getattr(torch, name, None)
+        if name == "Size" or isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+            return obj
+        return None
+    if (module, name) == ("torch.serialization", "_get_layout"):
+        import torch.serialization
+
+        return torch.serialization._get_layout
+    if (module, name) == ("collections", "OrderedDict"):
+        import collections
+
+        return collections.OrderedDict
+    if module in ("builtins", "__builtin__") and name in _BUILTINS:
+        import builtins
+
+        return getattr(builtins, name)
+    if (module, name) == ("_codecs", "encode"):
+        import codecs
+
+        return codecs.encode
+    if module in ("pathlib", "pathlib._local"):
+        import pathlib
+
+        # WindowsPath cannot be instantiated on POSIX; a pure path keeps the text.
+        by_name = {
+            "PosixPath": pathlib.PurePosixPath,
+            "PurePosixPath": pathlib.PurePosixPath,
+            "WindowsPath": pathlib.PureWindowsPath,
+            "PureWindowsPath": pathlib.PureWindowsPath,
+        }
+        return by_name.get(name)
+    return None
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only allowlisted globals; anything else raises :class:`InputError`."""
+
+    def __init__(self, file: Any, path: str | Path) -> None:
+        super().__init__(file)
+        self._path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = _metadata_global(module, name)
+        if obj is None:
+            raise _refusal(self._path, f"{module}.{name}")
+        return obj
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise InputError(self._path, "unexpected persistent id in a plain pickle")
+
+
+def load_raw_pickle(path: str | Path, *, trust_pickle: bool = False) -> Any:
+    """Load a plain pickle file (a DCP ``.metadata``) with the restricted unpickler."""
+    try:
+        with open(path, "rb") as f:
+            if trust_pickle:
+                return _TrustingUnpickler(f).load()
+            return _RestrictedUnpickler(f, path).load()
+    except InputError:
+        raise
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except Exception as e:  # pickle raises many types on corrupt input; all are bad input
+        raise InputError(path, f"unreadable pickle ({_one_line(e)})") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    marker = "WeightsUnpickler error:"  # torch puts the real cause after a generic preamble
+    for i, line in enumerate(text):
+        if line.startswith(marker):
+            rest = line[len(marker) :].strip() or (text[i + 1] if i + 1 < len(text) else "")
+            return rest or type(e).__name__
+    first = text[0] if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
