@@ -92,4 +92,4 @@ def test_rule_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from mtpcheck.cli import main\nimport torch\n")
     assert _imports(bad) == {"mtpcheck.cli", "torch"}
-    assert "cli" not in ALLOWED["formats"] and "torch" not in THIRD_PARTY.get("formats", set())
+    assert "cli" not in ALLOWED["families"] and "torch" not in THIRD_PARTY.get("families", set())

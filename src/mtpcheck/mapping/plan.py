@@ -187,7 +187,14 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
         if (hf_name if side == "hf" else meg_name) in names:
             mappings.append(TensorMapping(meg_name, (hf_name,), Kind.COPY))
 
-    copies = tuple((_fill(c.template, i, base), c.main) for i in range(mtp) for c in family.copies)
+    # Copies belong to MTP layers that exist: none are invented for a layer that is gone.
+    present = {int(m.megatron.split(".")[2]) for m in mappings if m.megatron.startswith("mtp.")}
+    copies = tuple(
+        (_fill(c.template, i, base), c.main)
+        for i in range(mtp)
+        if side == "hf" or i in present
+        for c in family.copies
+    )
     covered = {n for m in mappings for n in (m.hf if side == "hf" else (m.megatron,))}
     if side == "hf":
         covered |= {c for c, _ in copies}

@@ -1,0 +1,251 @@
+"""``mtpcheck roundtrip``: bit-exact with the built-in converters; damage is named by stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, Run
+
+DAMAGING = f"{sys.executable} {Path(__file__).parent / 'converters' / 'damaging.py'}"
+
+
+def _report(run: Run) -> dict[str, Any]:
+    return json.loads(run.stdout)
+
+
+def _failing(report: dict[str, Any], check: str) -> list[tuple[str, str]]:
+    found = [c for c in report["checks"] if c["name"] == check]
+    assert found, f"no check {check}: {[c['name'] for c in report['checks']]}"
+    return [(f["subject"], f["message"]) for f in found[0]["findings"] if f["status"] == "fail"]
+
+
+def _statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+@pytest.mark.parametrize("family", ["glm4_moe", "mimo", "deepseek_v3"])
+def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -> None:
+    run = run_cli(
+        "roundtrip", FIXTURES / family, "--all", "--workdir", tmp_path, "--format", "json"
+    )
+    assert run.exit_code == 0, run
+    report = _report(run)
+    assert _statuses(report) == {
+        "stage1-convert": "pass",
+        "stage1-mtp-count": "pass",
+        "stage1-tensors": "pass",
+        "stage2-convert": "pass",
+        "config": "pass",
+        "roundtrip-tensors": "pass",
+    }
+    assert {t["status"] for t in report["tensors"]} == {"equal"}
+    assert len(report["tensors"]) == len(report["inputs"][0]["mtp_layers"][0]["tensors"]) + (
+        report["inputs"][0]["tensor_count"] - len(report["inputs"][0]["mtp_layers"][0]["tensors"])
+    )
+    assert list(tmp_path.iterdir()) == []  # temporary checkpoints removed
+
+
+def test_converter_dropping_mtp_at_stage_1(run_cli, tmp_path: Path) -> None:
+    run = run_cli(
+        "roundtrip",
+        FIXTURES / "glm4_moe",
+        "--workdir",
+        tmp_path,
+        "--format",
+        "json",
+        "--to-megatron",
+        f"{DAMAGING} drop-mtp-weights {{src}} {{dst}}",
+    )
+    assert run.exit_code == 1, run
+    report = _report(run)
+    stage1 = dict(_failing(report, "stage1-tensors"))
+    assert stage1["mtp.layers.0.eh_proj.weight"].startswith(
+        "stage 1 (HF -> Megatron): missing in Megatron output (was BF16[16, 32]) "
+        "[from model.layers.2.eh_proj.weight]"
+    )
+    final = dict(_failing(report, "roundtrip-tensors"))
+    assert final["model.layers.2.eh_proj.weight"] == (
+        "stage 1 (HF -> Megatron) (as mtp.layers.0.eh_proj.weight): missing in final "
+        "(was BF16[16, 32])"
+    )
+    assert len(final) == 34  # every MTP tensor of the GLM layer, the two copies included
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_converter_forgetting_the_mimo_swap_at_stage_2(run_cli, tmp_path: Path) -> None:
+    config = FIXTURES / "mimo" / "config.json"
+    run = run_cli(
+        "roundtrip",
+        FIXTURES / "mimo",
+        "--workdir",
+        tmp_path,
+        "--format",
+        "json",
+        "--to-hf",
+        f"{DAMAGING} no-swap-back {{src}} {{dst}} {config}",
+    )
+    assert run.exit_code == 1, run
+    report = _report(run)
+    assert _statuses(report)["stage1-tensors"] == "pass"
+    ((subject, message),) = _failing(report, "roundtrip-tensors")
+    assert subject == "model.mtp_layers.0.input_proj.weight"
+    assert message.startswith(
+        "stage 2 (Megatron -> HF) (as mtp.layers.0.eh_proj.weight): bits differ in 512 of "
+        "512 elements, first at index [0, 0]"
+    )
+
+
+def test_converter_changing_dtype_at_stage_1(run_cli, tmp_path: Path) -> None:
+    run = run_cli(
+        "roundtrip",
+        FIXTURES / "deepseek_v3",
+        "--workdir",
+        tmp_path,
+        "--format",
+        "json",
+        "--to-megatron",
+        f"{DAMAGING} upcast-eh-proj {{src}} {{dst}}",
+    )
+    assert run.exit_code == 1, run
+    report = _report(run)
+    assert _failing(report, "stage1-tensors") == [
+        (
+            "mtp.layers.0.eh_proj.weight",
+            "stage 1 (HF -> Megatron): dtype changed BF16 -> F32 "
+            "[from model.layers.2.eh_proj.weight]",
+        )
+    ]
+    assert _failing(report, "roundtrip-tensors") == [
+        (
+            "model.layers.2.eh_proj.weight",
+            "stage 1 (HF -> Megatron) (as mtp.layers.0.eh_proj.weight): dtype changed BF16 -> F32",
+        )
+    ]
+
+
+def test_converter_dropping_the_count_key_at_stage_2(run_cli, tmp_path: Path) -> None:
+    config = FIXTURES / "glm4_moe" / "config.json"
+    run = run_cli(
+        "roundtrip",
+        FIXTURES / "glm4_moe",
+        "--workdir",
+        tmp_path,
+        "--format",
+        "json",
+        "--to-hf",
+        f"{DAMAGING} drop-count-key {{src}} {{dst}} {config}",
+    )
+    assert run.exit_code == 1, run
+    report = _report(run)
+    assert _failing(report, "config") == [("num_nextn_predict_layers", "1 -> (absent)")]
+    assert _statuses(report)["roundtrip-tensors"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra", "message"),
+    [
+        (
+            "fail",
+            [],
+            "converter exited with status 3; stderr tail:\nloading shards...\n"
+            "KeyError: 'mtp.layers.0.eh_proj.weight'",
+        ),
+        ("hang", ["--timeout", "1.5"], "converter timed out after 1.5 s"),
+        ("nothing", [], "converter exited 0 but wrote nothing to "),
+    ],
+)
+def test_failing_converters_are_findings(run_cli, tmp_path: Path, mode, extra, message) -> None:
+    run = run_cli(
+        "roundtrip",
+        FIXTURES / "mimo",
+        "--workdir",
+        tmp_path,
+        "--format",
+        "json",
+        "--to-megatron",
+        f"{DAMAGING} {mode} {{src}} {{dst}}",
+        *extra,
+    )
+    assert run.exit_code == 1, run
+    ((subject, text),) = _failing(_report(run), "stage1-convert")
+    assert subject == "stage 1 (HF -> Megatron)" and text.startswith(message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_keep_keeps_and_says_where(run_cli, tmp_path: Path) -> None:
+    run = run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path, "--keep")
+    assert run.exit_code == 0, run
+    (kept,) = tmp_path.iterdir()
+    assert f"kept the round trip's checkpoints in {kept}" in run.stderr
+    assert sorted(p.name for p in kept.iterdir()) == ["hf", "megatron"]
+    assert (kept / "megatron" / "release" / "metadata.json").exists()
+
+
+def test_template_without_placeholders_is_a_usage_error(run_cli) -> None:
+    run = run_cli("roundtrip", FIXTURES / "mimo", "--to-hf", "convert.sh")
+    assert run.exit_code == 2
+    assert "lacks {src} and {dst}" in run.stderr
+
+
+def test_not_enough_disk_is_refused_before_starting(run_cli, tmp_path: Path, monkeypatch) -> None:
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(100, 99, 1))
+    run = run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path)
+    assert run.exit_code == 2, run
+    assert "not enough free disk for the round trip: needs about" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synthetic_round_trip_from_a_config_only(run_cli, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text((FIXTURES / "deepseek_v3" / "config.json").read_text())
+    run = run_cli(
+        "roundtrip", config, "--synthetic", "--workdir", tmp_path / "w", "--format", "json"
+    )
+    assert run.exit_code == 0, run
+    source = _report(run)["inputs"][0]
+    assert source["family"] == "deepseek_v3" and source["declared_mtp_layers"] == 1
+    assert source["mtp_layers"][0]["complete"]
+
+
+def test_sigint_removes_temporary_checkpoints(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mtpcheck",
+            "roundtrip",
+            str(FIXTURES / "mimo"),
+            "--workdir",
+            str(work),
+            "--to-hf",
+            f"{DAMAGING} hang {{src}} {{dst}}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = list(work.glob("*/megatron/release/metadata.json")) if work.exists() else []
+        if runs:
+            break
+        time.sleep(0.2)
+    assert runs, "stage 1 never finished"
+    time.sleep(0.5)  # stage 2's converter is running now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert os.listdir(work) == []
