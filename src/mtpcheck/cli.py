@@ -27,6 +27,7 @@ class OutputOptions:
     junit_xml: Path | None
     markdown: Path | None
     debug: bool
+    trust_pickle: bool = False
 
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,6 +52,12 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).",
         ),
         click.option("--debug", is_flag=True, help="Show tracebacks for errors."),
+        click.option(
+            "--trust-pickle",
+            is_flag=True,
+            help="Unpickle Megatron .pt/.metadata files without the allowlist. "
+            "Only for files you vouch for: a pickle can run code.",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -98,8 +105,16 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
-def _opts(fmt: str, junit_xml: Path | None, markdown: Path | None, debug: bool) -> OutputOptions:
-    return OutputOptions(format=fmt, junit_xml=junit_xml, markdown=markdown, debug=debug)
+def _opts(
+    fmt: str, junit_xml: Path | None, markdown: Path | None, debug: bool, trust_pickle: bool
+) -> OutputOptions:
+    if trust_pickle:
+        click.echo(
+            "mtpcheck: warning: --trust-pickle: pickled files are loaded without the allowlist "
+            "and can run code; use it only for files you vouch for",
+            err=True,
+        )
+    return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,7 +127,12 @@ def cli() -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @output_options
 def inspect(
-    path: Path, fmt: str, junit_xml: Path | None, markdown: Path | None, debug: bool
+    path: Path,
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
 ) -> None:
     """Audit one checkpoint: MTP family, declared count, layers present, shared copies."""
 
@@ -120,9 +140,10 @@ def inspect(
         from mtpcheck.checks.inspect_checks import inspect_report
         from mtpcheck.formats import open_checkpoint
 
-        return inspect_report(open_checkpoint(path))
+        return inspect_report(open_checkpoint(path, trust_pickle))
 
-    raise SystemExit(execute("inspect", build, _opts(fmt, junit_xml, markdown, debug)))
+    opts = _opts(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("inspect", build, opts))
 
 
 @cli.command()
@@ -140,16 +161,23 @@ def diff(
     junit_xml: Path | None,
     markdown: Path | None,
     debug: bool,
+    trust_pickle: bool,
 ) -> None:
-    """Compare B against A: config keys, then MTP tensors bit for bit (all with --all)."""
+    """Compare B against A: config keys, then MTP tensors bit for bit (all with --all).
+
+    A and B may be in different formats (HF safetensors, Megatron torch_dist or legacy):
+    the HF side is then mapped to Megatron names, bit-exactly.
+    """
 
     def build() -> Report:
         from mtpcheck.checks.diff_checks import diff_report
         from mtpcheck.formats import open_checkpoint
 
-        return diff_report(open_checkpoint(a), open_checkpoint(b), all_tensors=all_tensors)
+        left = open_checkpoint(a, trust_pickle)
+        return diff_report(left, open_checkpoint(b, trust_pickle), all_tensors=all_tensors)
 
-    raise SystemExit(execute("diff", build, _opts(fmt, junit_xml, markdown, debug)))
+    opts = _opts(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("diff", build, opts))
 
 
 @cli.command()
@@ -197,6 +225,7 @@ def roundtrip(
     junit_xml: Path | None,
     markdown: Path | None,
     debug: bool,
+    trust_pickle: bool,
 ) -> None:
     """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
     from mtpcheck.pipeline.converter_command import validate_template
@@ -220,10 +249,12 @@ def roundtrip(
             timeout=timeout,
             all_tensors=all_tensors,
             synthetic=synthetic,
+            trust_pickle=trust_pickle,
         )
         return run_roundtrip(options, log=lambda line: click.echo(f"mtpcheck: {line}", err=True))
 
-    raise SystemExit(execute("roundtrip", build, _opts(fmt, junit_xml, markdown, debug)))
+    opts = _opts(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("roundtrip", build, opts))
 
 
 @cli.group()

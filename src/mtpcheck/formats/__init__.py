@@ -11,27 +11,33 @@ from mtpcheck.formats.megatron_dist import MegatronDistReader
 from mtpcheck.formats.megatron_legacy import MegatronLegacyReader
 from mtpcheck.model import Checkpoint
 
-READERS: tuple[CheckpointReader, ...] = (
-    MegatronDistReader(),
-    MegatronLegacyReader(),
-    HfSafetensorsReader(),
-)
-"""Every known reader, in sniffing order."""
+
+def readers(trust_pickle: bool = False) -> tuple[CheckpointReader, ...]:
+    """Every known reader, in sniffing order; ``trust_pickle`` lifts the unpickling allowlist."""
+    return (
+        MegatronDistReader(trust_pickle),
+        MegatronLegacyReader(trust_pickle),
+        HfSafetensorsReader(),
+    )
+
+
+READERS = readers()
 
 READER_BY_FORMAT: dict[str, CheckpointReader] = {r.name: r for r in READERS}
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
+def open_checkpoint(path: str | Path, trust_pickle: bool = False) -> Checkpoint:
     """Open ``path`` with the first reader that recognises it."""
     p = Path(path)
     if not p.exists():
         reason = "broken symlink or symlink loop" if p.is_symlink() else "no such file or directory"
         raise InputError(p, reason)
-    for reader in READERS:
+    candidates = readers(trust_pickle)
+    for reader in candidates:
         if reader.sniff(p):
             return reader.open(p)
     # No reader recognises it: the default (last, HF) reader explains what it looked for.
-    return READERS[-1].open(p)
+    return candidates[-1].open(p)
 
 
-__all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint"]
+__all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint", "readers"]

@@ -39,6 +39,7 @@ class RoundtripOptions:
     timeout: float | None = None
     all_tensors: bool = False
     synthetic: bool = False
+    trust_pickle: bool = False
 
 
 @contextmanager
@@ -90,9 +91,11 @@ def _builtin(action: Callable[[], None], dst: Path) -> CommandResult:
     )
 
 
-def _open_output(path: Path, stage: str) -> tuple[Checkpoint | None, CheckResult | None]:
+def _open_output(
+    path: Path, stage: str, trust_pickle: bool
+) -> tuple[Checkpoint | None, CheckResult | None]:
     try:
-        return open_checkpoint(path), None
+        return open_checkpoint(path, trust_pickle), None
     except InputError as e:
         finding = Finding(stage, Status.FAIL, f"converter output is unreadable: {e}")
         return None, CheckResult("output", f"{stage}: output readable", (finding,))
@@ -137,7 +140,7 @@ def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Repo
     inputs = [summary_of(source)]
     if not stage1.ok:
         return Report("roundtrip", tuple(inputs), tuple(checks))
-    megatron, unreadable = _open_output(megatron_dir, STAGE1)
+    megatron, unreadable = _open_output(megatron_dir, STAGE1, opts.trust_pickle)
     if megatron is None:
         assert unreadable is not None
         return Report("roundtrip", tuple(inputs), (*checks, unreadable))
@@ -158,7 +161,7 @@ def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Repo
     checks.append(_stage("stage2-convert", "Stage 2: converter", stage2, STAGE2))
     if not stage2.ok:
         return Report("roundtrip", tuple(inputs), tuple(checks))
-    final, unreadable = _open_output(final_dir, STAGE2)
+    final, unreadable = _open_output(final_dir, STAGE2, opts.trust_pickle)
     if final is None:
         assert unreadable is not None
         return Report("roundtrip", tuple(inputs), (*checks, unreadable))
