@@ -88,22 +88,32 @@ def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:
     return None
 
 
+def _count_at(
+    config: Mapping[str, Any], key: str, config_path: str | None
+) -> tuple[int, str] | None:
+    """A non-negative integer at ``key`` (or ``text_config.key``) and where it was found."""
+    for path in (key, f"text_config.{key}"):
+        value = lookup(config, path)
+        if value is _MISSING:
+            continue
+        if not _non_negative_int(value):
+            raise ConfigError(
+                config_path or "config.json",
+                f"{path} is {value!r}; expected a non-negative integer",
+            )
+        return int(value), path
+    return None
+
+
 def declared_count(
     config: Mapping[str, Any], family: MtpFamily | None, config_path: str | None
 ) -> DeclaredCount:
     """Read the declared MTP count; a value of the wrong type is a :class:`ConfigError`."""
     keys = family.count_keys if family else GENERIC_COUNT_KEYS
     for key in keys:
-        for path in (key, f"text_config.{key}"):
-            value = lookup(config, path)
-            if value is _MISSING:
-                continue
-            if not _non_negative_int(value):
-                raise ConfigError(
-                    config_path or "config.json",
-                    f"{path} is {value!r}; expected a non-negative integer",
-                )
-            return DeclaredCount(value, path, True)
+        found = _count_at(config, key, config_path)
+        if found is not None:
+            return DeclaredCount(found[0], found[1], True)
     if not config:
         return DeclaredCount(None, "no config.json", False)
     if family and family.default_count is not None:
@@ -118,17 +128,8 @@ def declared_count(
 def _hidden_layers(
     config: Mapping[str, Any], config_path: str | None, key: str = "num_hidden_layers"
 ) -> int | None:
-    for path in (key, f"text_config.{key}"):
-        value = lookup(config, path)
-        if value is _MISSING:
-            continue
-        if not _non_negative_int(value):
-            raise ConfigError(
-                config_path or "config.json",
-                f"{path} is {value!r}; expected a non-negative integer",
-            )
-        return int(value)
-    return None
+    found = _count_at(config, key, config_path)
+    return found[0] if found else None
 
 
 def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
