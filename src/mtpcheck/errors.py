@@ -16,6 +16,16 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85) if c != 0x09}
+_ESCAPES.update({0x0A: "\\n", 0x0D: "\\r", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (a file or tensor name
+    may hold any of them), so that an error message stays on one line."""
+    return text.translate(_ESCAPES)
+
+
 class MtpcheckError(Exception):
     """Base class of every error mtpcheck raises on purpose."""
 
@@ -23,14 +33,14 @@ class MtpcheckError(Exception):
 class InputError(MtpcheckError):
     """An input file or directory is unreadable or malformed (exit 2).
 
-    The message always reads ``"{path}: {reason}"`` so that a single line tells the user
-    which file is at fault and why.
+    The message always reads ``"{path}: {reason}"`` on a single line (see :func:`one_line`), so
+    that it tells the user which file is at fault and why.
     """
 
     def __init__(self, path: str | Path, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
+        super().__init__(f"{one_line(self.path)}: {one_line(reason)}")
 
 
 class HeaderError(InputError):

@@ -31,9 +31,10 @@ import itertools
 import json
 import math
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from mtpcheck.errors import InputError
@@ -60,6 +61,8 @@ from mtpcheck.model import IntegrityIssue, TensorMeta
 
 FORMAT = "megatron-torch-dist"
 _SNIFFED_FILES = (".metadata", "metadata.json", "common.pt")
+MAX_TENSORS = 1 << 20
+"""Per-layer / per-expert tensors one ``.metadata`` may expand to (DeepSeek-V3 has ~92k)."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def _check_metadata_json(path: Path) -> None:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # Recursion: too deep
         raise InputError(path, f"invalid JSON ({e})") from e
     backend = raw.get("sharded_backend") if isinstance(raw, dict) else None
     if backend != "torch_dist":
@@ -239,7 +242,7 @@ def _yaml_model_section(path: Path) -> Mapping[str, Any] | None:
             raw = yaml.load(f, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(path, f"invalid YAML ({reason})") from e
     model = raw.get("model") if isinstance(raw, dict) else None
@@ -282,31 +285,58 @@ def _glu_half(name: str) -> tuple[str, str | None]:
 def _build_plans(
     metadata_file: Path, metadata: Any, config: Mapping[str, Any]
 ) -> tuple[dict[str, _Plan], list[IntegrityIssue]]:
+    import torch
+
     state = getattr(metadata, "state_dict_metadata", None)
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(state, dict) or not isinstance(storage, dict):
         raise InputError(metadata_file, "not a torch.distributed.checkpoint Metadata object")
     locations = {
-        (getattr(k, "fqn", None), _tuple(getattr(k, "offset", None))): v for k, v in storage.items()
+        (getattr(k, "fqn", None), _sizes(getattr(k, "offset", None))): v for k, v in storage.items()
     }
     halves: dict[str, dict[str | None, _Plan]] = {}
     duplicates: dict[str, tuple[str, str]] = {}
     issues: list[IntegrityIssue] = []
+    expanded = 0
     for key, item in state.items():
         chunks = getattr(item, "chunks", None)
         properties = getattr(item, "properties", None)
-        if chunks is None or properties is None or not is_model_key(key):
-            continue  # bytes items (_extra_state, RNG) and non-model tensors
-        size = _tuple(getattr(item, "size", None)) or ()
+        if chunks is None or properties is None or not isinstance(key, str):
+            continue  # bytes items (_extra_state, RNG) and anything that is not a tensor
+        if not is_model_key(key):
+            continue  # optimizer, RNG and other non-model tensors
+        size = _sizes(getattr(item, "size", None))
+        dtype = getattr(properties, "dtype", None)
+        if size is None or not isinstance(chunks, (list, tuple)):
+            raise InputError(metadata_file, f"{key}: malformed size or chunk list")
+        if not isinstance(dtype, torch.dtype):
+            raise InputError(metadata_file, f"{key}: dtype {dtype!r} is not a torch dtype")
         parts, slots = _template(key)
         if len(slots) > len(size):
             parts, slots = key.split("."), []
         inner = size[len(slots) :]
         for chunk in chunks:
-            offsets, sizes = _tuple(chunk.offsets), _tuple(chunk.sizes)
+            offsets = _sizes(getattr(chunk, "offsets", None))
+            sizes = _sizes(getattr(chunk, "sizes", None))
+            if offsets is None or sizes is None or not len(offsets) == len(sizes) == len(size):
+                raise InputError(metadata_file, f"{key}: malformed chunk offsets or sizes")
+            if any(o + n > d for o, n, d in zip(offsets, sizes, size, strict=True)):
+                raise InputError(
+                    metadata_file, f"chunk {list(offsets)}+{list(sizes)} lies outside {key}"
+                )
             where = locations.get((key, offsets))
-            if where is None or len(offsets) != len(size) or len(sizes) != len(size):
+            if where is None:
                 raise InputError(metadata_file, f"no storage entry for chunk {offsets} of {key}")
+            length = getattr(where, "length", None)
+            if isinstance(length, int) and math.prod(sizes) * element_size(dtype) > length:
+                raise InputError(  # a torch.save blob holds at least the raw element bytes
+                    metadata_file,
+                    f"chunk {list(offsets)} of {key} has {math.prod(sizes)} elements, "
+                    f"more than its {length} stored bytes can hold",
+                )
+            expanded += math.prod(sizes[: len(slots)])
+            if expanded > MAX_TENSORS:
+                raise InputError(metadata_file, f"expands to more than {MAX_TENSORS} tensors")
             spans = [range(offsets[a], offsets[a] + sizes[a]) for a in range(len(slots))]
             for fixed in itertools.product(*spans):
                 for slot, index in zip(slots, fixed, strict=True):
@@ -314,7 +344,7 @@ def _build_plans(
                 name, half = _glu_half(canonical_name(".".join(parts)))
                 plan = halves.setdefault(name, {}).get(half)
                 if plan is None:
-                    plan = _Plan(key, properties.dtype, inner)
+                    plan = _Plan(key, dtype, inner)
                     halves[name][half] = plan
                 elif plan.key != key:
                     duplicates.setdefault(name, (plan.key, key))
@@ -343,13 +373,17 @@ def _piece(
     metadata_file: Path,
     key: str,
 ) -> _Piece:
-    relative = str(getattr(where, "relative_path", ""))
-    pure = PurePosixPath(relative)
-    if not relative or pure.is_absolute() or ".." in pure.parts:
+    relative = getattr(where, "relative_path", "")
+    relative = str(relative) if isinstance(relative, PurePath) else relative
+    pure = PurePosixPath(relative) if isinstance(relative, str) else None
+    if not relative or pure is None or pure.is_absolute() or ".." in pure.parts or "\0" in relative:
         raise InputError(metadata_file, f"chunk of {key} points to {relative!r}, outside the dir")
     if getattr(where, "transform_descriptors", None):
         raise InputError(metadata_file, f"chunk of {key} is stored transformed (unsupported)")
-    return _Piece(relative, int(where.offset), int(where.length), offsets, sizes, fixed)
+    span = _sizes((getattr(where, "offset", None), getattr(where, "length", None)))
+    if span is None:
+        raise InputError(metadata_file, f"chunk of {key} has no valid byte range in {relative}")
+    return _Piece(relative, span[0], span[1], offsets, sizes, fixed)
 
 
 def _join_halves(
@@ -387,8 +421,13 @@ def _coverage_issues(plans: Mapping[str, _Plan]) -> list[IntegrityIssue]:
     ]
 
 
-def _tuple(value: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in value) if value is not None else ()
+def _sizes(value: Any) -> tuple[int, ...] | None:
+    """``value`` (a torch.Size, tuple or list) as non-negative ints; None when it is not one."""
+    if not isinstance(value, (tuple, list)):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None
+    return tuple(value)
 
 
 def _tensor_metas(
@@ -399,13 +438,16 @@ def _tensor_metas(
         for piece in plan.pieces:
             if piece.file not in sizes:
                 try:
-                    sizes[piece.file] = os.stat(directory / piece.file).st_size
+                    st = os.stat(directory / piece.file)
                 except FileNotFoundError as e:
                     raise InputError(
                         directory / piece.file, "named in .metadata, but the file is missing"
                     ) from e
                 except OSError as e:
                     raise InputError(directory / piece.file, e.strerror or str(e)) from e
+                if not stat.S_ISREG(st.st_mode):
+                    raise InputError(directory / piece.file, "named in .metadata, but not a file")
+                sizes[piece.file] = st.st_size
     cut: dict[str, list[str]] = {}
     tensors: dict[str, TensorMeta] = {}
     for name, plan in plans.items():
@@ -440,7 +482,7 @@ def _tensor_metas(
 def _assemble(directory: Path, plan: _Plan) -> Any:
     import torch
 
-    out = None
+    out = written = None
     for piece in plan.pieces:
         path = directory / piece.file
         chunk = load_tensor_blob(_read_range(path, piece.offset, piece.length), path)
@@ -459,7 +501,12 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
             break
         if out is None:
             out = torch.empty(plan.shape, dtype=plan.dtype)
-        out[_region(piece)] = chunk
+            written = torch.zeros(plan.shape, dtype=torch.bool)
+        region = _region(piece)
+        if written[region].any():  # chunks that overlap would leave other elements unset
+            raise InputError(path, f"chunks of {plan.key} overlap")
+        written[region] = True
+        out[region] = chunk
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.dtype)
     return out if plan.rows is None else out[: plan.rows]

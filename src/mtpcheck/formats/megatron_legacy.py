@@ -33,8 +33,9 @@ Shards are joined into the canonical names of :mod:`mtpcheck.formats.megatron_co
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,10 +90,14 @@ class MegatronLegacyCheckpoint:
     tensors: Mapping[str, TensorMeta]
     issues: tuple[IntegrityIssue, ...]
     entries: Mapping[str, _Entry] = field(repr=False)
+    file_sizes: Mapping[str, int] = field(repr=False, default_factory=dict)
+    """Size of each rank file when it was memory-mapped."""
     format: str = FORMAT
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
-        yield from tensor_chunks(_join(name, self.entries[name]), chunk_bytes)
+        entry = self.entries[name]
+        _check_unchanged(entry.files.values(), self.file_sizes)
+        yield from tensor_chunks(_join(name, entry), chunk_bytes)
 
 
 class MegatronLegacyReader:
@@ -127,14 +132,17 @@ class MegatronLegacyReader:
         if not _looks_legacy(directory):
             raise no_iteration_error(directory, "Megatron legacy")
         rank_dirs = sorted(p.name for p in directory.iterdir() if _RANK_DIR.match(p.name))
-        first = _load_rank(directory / rank_dirs[0], self.trust_pickle)
+        file_sizes: dict[str, int] = {}
+        first = _load_rank(directory / rank_dirs[0], self.trust_pickle, file_sizes)
         config = args_config(first.get("args"))
         config["model_type"] = MODEL_TYPE
         sizes = _parallel_sizes(config, rank_dirs)
         layout = _assign_ranks(directory, rank_dirs, sizes)
         contents = {
             coords: (
-                first if name == rank_dirs[0] else _load_rank(directory / name, self.trust_pickle)
+                first
+                if name == rank_dirs[0]
+                else _load_rank(directory / name, self.trust_pickle, file_sizes)
             )
             for coords, name in layout.items()
         }
@@ -149,6 +157,7 @@ class MegatronLegacyReader:
             tensors=tensors,
             issues=(),
             entries=entries,
+            file_sizes=file_sizes,
         )
 
 
@@ -159,14 +168,33 @@ def _looks_legacy(directory: Path) -> bool:
         return False
 
 
-def _load_rank(rank_dir: Path, trust_pickle: bool) -> dict[str, Any]:
+def _load_rank(rank_dir: Path, trust_pickle: bool, file_sizes: dict[str, int]) -> dict[str, Any]:
     file = rank_dir / RANK_FILE
     if not file.is_file():
         raise InputError(rank_dir, f"no {RANK_FILE} in this rank directory")
+    file_sizes[str(file)] = _size(file)
     content = load_torch_file(file, trust_pickle=trust_pickle, mmap=True)
     if not isinstance(content, dict):
         raise InputError(file, f"expected a dict, found {type(content).__name__}")
     return content
+
+
+def _size(file: str | Path) -> int:
+    try:
+        return os.stat(file).st_size
+    except OSError as e:
+        raise InputError(file, e.strerror or str(e)) from e
+
+
+def _check_unchanged(files: Iterable[str], file_sizes: Mapping[str, int]) -> None:
+    """Rank files are memory-mapped: reading a tensor of one cut short since it was opened
+    would kill the process (SIGBUS), so a changed size is an error before anything is read."""
+    for file in sorted(set(files)):
+        size = _size(file)
+        if file in file_sizes and size != file_sizes[file]:
+            raise InputError(
+                file, f"changed since it was opened ({file_sizes[file]} bytes, now {size})"
+            )
 
 
 def _parallel_sizes(config: Mapping[str, Any], rank_dirs: list[str]) -> tuple[int, int, int]:
@@ -274,7 +302,7 @@ def _collect(
     etp = config.get("expert_tensor_parallel_size") or tp_size
     if etp not in (1, tp_size):
         raise InputError(directory, f"expert_tensor_parallel_size={etp} with TP={tp_size}")
-    chunks = {c: _model_chunks(contents[c], directory / layout[c]) for c in contents}
+    chunks = {c: _model_chunks(contents[c], directory / layout[c] / RANK_FILE) for c in contents}
     virtual = len(chunks[(0, 0, 0)])
     offsets: dict[tuple[int, int], int] = {}
     total = 0

@@ -145,13 +145,13 @@ def load_torch_file(path: str | Path, *, trust_pickle: bool = False, mmap: bool 
     extra: list[tuple[Any, str]] = []
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    except (ValueError, pickle.UnpicklingError, RuntimeError, zipfile.BadZipFile) as e:
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
         if not zipfile.is_zipfile(str(path)):
             names = []  # legacy (non-zip) torch.save format: weights_only alone guards it
         else:
             raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
     for qualified_name in sorted(names):
         obj = _extra_pt_global(qualified_name)
         if obj is None:
@@ -167,7 +167,7 @@ def load_torch_file(path: str | Path, *, trust_pickle: bool = False, mmap: bool 
         raise InputError(path, f"unreadable pickle ({_one_line(e)})") from e
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
-    except (RuntimeError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
         raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
 
 
@@ -182,7 +182,7 @@ def load_tensor_blob(blob: bytes, where: str | Path) -> Any:
         if found:
             raise _refusal(where, found.group(1)) from e
         raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
-    except (RuntimeError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    except Exception as e:  # a corrupt blob raises many types (IndexError, KeyError, ...)
         raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
 
 
@@ -319,8 +319,9 @@ def _one_line(e: BaseException) -> str:
     text = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     marker = "WeightsUnpickler error:"  # torch puts the real cause after a generic preamble
     for i, line in enumerate(text):
-        if line.startswith(marker):
-            rest = line[len(marker) :].strip() or (text[i + 1] if i + 1 < len(text) else "")
+        at = line.find(marker)
+        if at >= 0:
+            rest = line[at + len(marker) :].strip() or (text[i + 1] if i + 1 < len(text) else "")
             return rest or type(e).__name__
     first = text[0] if text else ""
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
