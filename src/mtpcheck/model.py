@@ -166,6 +166,55 @@ class CheckpointSummary:
 
 
 @dataclass(frozen=True)
+class AcceptanceResult:
+    """Offline MTP acceptance of one checkpoint on one workload (``mtpcheck accept``).
+
+    Teacher-forced, one draft token (k = 1): at each position t the MTP head's distribution q
+    for token t+2 (from hidden state t and the embedding of token t+1) is scored against the
+    main model's distribution p at t+1. Rates pool positions over sequences (ratio of sums);
+    confidence intervals are 95 % over sequences (None with fewer than two sequences).
+    """
+
+    checkpoint: str
+    workload: str
+    drafter: bool
+    """False when the checkpoint has no usable MTP layer ("no drafter": acceptance 0)."""
+    note: str
+    """Why there is no drafter; empty otherwise."""
+    sequences: int
+    positions: int
+    greedy_hits: int
+    greedy: float
+    """Fraction of positions where argmax q == argmax p."""
+    greedy_ci_low: float | None
+    greedy_ci_high: float | None
+    alpha: float
+    """Mean over positions of sum_v min(p(v), q(v)) at ``temperature``."""
+    alpha_ci_low: float | None
+    alpha_ci_high: float | None
+    tokens_per_pass: float
+    """Expected tokens per target forward pass, 1 + alpha."""
+    temperature: float
+
+
+@dataclass(frozen=True)
+class AcceptanceDelta:
+    """Acceptance of the compared checkpoint minus the reference's, on one workload.
+
+    Paired over the same tokenised sequences; the 95 % intervals are over sequences.
+    """
+
+    workload: str
+    greedy: float
+    greedy_ci_low: float | None
+    greedy_ci_high: float | None
+    alpha: float
+    alpha_ci_low: float | None
+    alpha_ci_high: float | None
+    tokens_per_pass: float
+
+
+@dataclass(frozen=True)
 class Report:
     """A finished run: inputs, checks, tensor comparisons. Renderers only read this."""
 
@@ -173,6 +222,10 @@ class Report:
     inputs: tuple[CheckpointSummary, ...]
     checks: tuple[CheckResult, ...]
     tensors: tuple[TensorComparison, ...] = ()
+    acceptance: tuple[AcceptanceResult, ...] = ()
+    """``accept`` only: one entry per (checkpoint, workload), reference checkpoint first."""
+    acceptance_deltas: tuple[AcceptanceDelta, ...] = ()
+    """``accept --compare`` only: compared minus reference, one entry per workload."""
 
     @property
     def ok(self) -> bool:

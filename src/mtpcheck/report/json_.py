@@ -6,7 +6,13 @@ import json
 from typing import Any, TextIO
 
 from mtpcheck import __version__
-from mtpcheck.model import CheckpointSummary, Report, TensorComparison
+from mtpcheck.model import (
+    AcceptanceDelta,
+    AcceptanceResult,
+    CheckpointSummary,
+    Report,
+    TensorComparison,
+)
 
 SCHEMA_VERSION = 1
 
@@ -51,8 +57,37 @@ def _tensor(c: TensorComparison) -> dict[str, Any]:
     }
 
 
-def report_dict(report: Report) -> dict[str, Any]:
+def _acceptance(r: AcceptanceResult) -> dict[str, Any]:
     return {
+        "checkpoint": r.checkpoint,
+        "workload": r.workload,
+        "drafter": r.drafter,
+        "note": r.note,
+        "sequences": r.sequences,
+        "positions": r.positions,
+        "greedy_hits": r.greedy_hits,
+        "greedy": r.greedy,
+        "greedy_ci": [r.greedy_ci_low, r.greedy_ci_high],
+        "alpha": r.alpha,
+        "alpha_ci": [r.alpha_ci_low, r.alpha_ci_high],
+        "tokens_per_pass": r.tokens_per_pass,
+        "temperature": r.temperature,
+    }
+
+
+def _delta(d: AcceptanceDelta) -> dict[str, Any]:
+    return {
+        "workload": d.workload,
+        "greedy": d.greedy,
+        "greedy_ci": [d.greedy_ci_low, d.greedy_ci_high],
+        "alpha": d.alpha,
+        "alpha_ci": [d.alpha_ci_low, d.alpha_ci_high],
+        "tokens_per_pass": d.tokens_per_pass,
+    }
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    result = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "mtpcheck", "version": __version__},
         "command": report.command,
@@ -77,6 +112,10 @@ def report_dict(report: Report) -> dict[str, Any]:
         ],
         "tensors": [_tensor(c) for c in report.tensors],
     }
+    if report.command == "accept":
+        result["acceptance"] = [_acceptance(r) for r in report.acceptance]
+        result["acceptance_deltas"] = [_delta(d) for d in report.acceptance_deltas]
+    return result
 
 
 def error_dict(command: str, path: str, reason: str) -> dict[str, Any]:

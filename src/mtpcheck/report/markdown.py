@@ -19,6 +19,38 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _ci(value: float, low: float | None, high: float | None, fmt: str = ".3f") -> str:
+    shown = format(value, fmt)
+    return shown if low is None or high is None else f"{shown} [{low:{fmt}}, {high:{fmt}}]"
+
+
+def _acceptance(report: Report, stream: TextIO) -> None:
+    temperature = report.acceptance[0].temperature
+    stream.write(
+        f"\n**MTP acceptance** (k=1, teacher-forced, T={temperature:g}, 95% CI over sequences)\n\n"
+        "| workload | checkpoint | positions | greedy | α | tokens/pass |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    deltas = {d.workload: d for d in report.acceptance_deltas}
+    for workload in dict.fromkeys(r.workload for r in report.acceptance):
+        for r in report.acceptance:
+            if r.workload != workload:
+                continue
+            greedy = _ci(r.greedy, r.greedy_ci_low, r.greedy_ci_high) if r.drafter else "no drafter"
+            stream.write(
+                f"| {_cell(workload)} | `{_cell(r.checkpoint)}` | {r.positions} | {greedy} | "
+                f"{_ci(r.alpha, r.alpha_ci_low, r.alpha_ci_high)} | {r.tokens_per_pass:.2f} |\n"
+            )
+        d = deltas.get(workload)
+        if d is not None:
+            stream.write(
+                f"| {_cell(workload)} | B − A | | "
+                f"{_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high, '+.3f')} | "
+                f"{_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high, '+.3f')} | "
+                f"{d.tokens_per_pass:+.2f} |\n"
+            )
+
+
 class MarkdownRenderer:
     name = "markdown"
 
@@ -35,6 +67,8 @@ class MarkdownRenderer:
                 f"{s.declared_mtp if s.declared_mtp is not None else '—'} "
                 f"({_cell(s.declared_by)}) | {complete}/{present} |\n"
             )
+        if report.acceptance:
+            _acceptance(report, stream)
         stream.write("\n| | check | subject | finding |\n|---|---|---|---|\n")
         for check in report.checks:
             for f in check.findings:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mtpcheck.model import CheckpointSummary, Report, Status
+from mtpcheck.model import AcceptanceResult, CheckpointSummary, Report, Status
 
 STYLE = {
     Status.PASS: "green",
@@ -48,6 +48,59 @@ def _input_table(s: CheckpointSummary, label: str) -> Table:
     return table
 
 
+def _ci(value: float, low: float | None, high: float | None, signed: bool = False) -> str:
+    shown = f"{value:+.3f}" if signed else f"{value:.3f}"
+    if low is None or high is None:
+        return shown
+    return (
+        f"{shown} [{low:.3f}, {high:.3f}]" if not signed else f"{shown} [{low:+.3f}, {high:+.3f}]"
+    )
+
+
+def _acceptance_table(report: Report) -> Table:
+    """accept: one row per (workload, checkpoint), plus B - A with --compare."""
+    paths = list(dict.fromkeys(r.checkpoint for r in report.acceptance))
+    label = {p: "AB"[i] for i, p in enumerate(paths)} if len(paths) == 2 else {}
+    temperature = report.acceptance[0].temperature
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.title = Text(f"MTP acceptance (k=1, teacher-forced, T={temperature:g}, 95% CI)")
+    table.title_justify = "left"
+    for column in ("workload", "ckpt", "positions", "greedy", "alpha", "tokens/pass"):
+        if column != "ckpt" or label:
+            justify = "left" if column in ("workload", "ckpt") else "right"
+            table.add_column(column, justify=justify, no_wrap=True)
+
+    def row(r: AcceptanceResult) -> list[Text]:
+        cells = [Text(r.workload)]
+        if label:
+            cells.append(Text(label[r.checkpoint]))
+        greedy = _ci(r.greedy, r.greedy_ci_low, r.greedy_ci_high) if r.drafter else "no drafter"
+        cells += [
+            Text(f"{r.positions} / {r.sequences} seq"),
+            Text(greedy, style="" if r.drafter else "yellow"),
+            Text(_ci(r.alpha, r.alpha_ci_low, r.alpha_ci_high)),
+            Text(f"{r.tokens_per_pass:.2f}"),
+        ]
+        return cells
+
+    deltas = {d.workload: d for d in report.acceptance_deltas}
+    for workload in dict.fromkeys(r.workload for r in report.acceptance):
+        for r in report.acceptance:
+            if r.workload == workload:
+                table.add_row(*row(r))
+        d = deltas.get(workload)
+        if d is not None:
+            table.add_row(
+                Text(workload),
+                Text("B-A"),
+                Text(""),
+                Text(_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high, signed=True)),
+                Text(_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high, signed=True)),
+                Text(f"{d.tokens_per_pass:+.2f}"),
+            )
+    return table
+
+
 class TableRenderer:
     name = "table"
 
@@ -67,6 +120,9 @@ class TableRenderer:
         labels = ("A: ", "B: ") if len(report.inputs) == 2 else ("",)
         for summary, label in zip(report.inputs, labels, strict=False):
             console.print(_input_table(summary, label))
+            console.print()
+        if report.acceptance:
+            console.print(_acceptance_table(report))
             console.print()
         checks = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
         checks.add_column("status")

@@ -1,0 +1,1 @@
+"""``mtpcheck accept``: offline MTP acceptance rate per workload (torch + transformers)."""

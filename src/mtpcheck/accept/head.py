@@ -1,0 +1,328 @@
+"""The MTP head of a checkpoint, built from the main model's own transformers modules.
+
+For a DeepSeek-style MTP layer (DeepSeek-V3, GLM-4.5) with hidden state ``h_t`` of the main
+model and the embedding ``e_{t+1}`` of the next token::
+
+    x = eh_proj(cat(enorm(e_{t+1}), hnorm(h_t)))      # hidden first for MiMo-style layouts
+    x = decoder_block(x)                               # the main model's decoder-layer class
+    logits = head(final_norm(x))                       # shared_head.{norm, head}
+
+``h_t`` is the main model's last hidden state **after** its final norm: transformers' MTP
+candidate generator feeds ``hidden_states[-1]``, which its output capturing ties to
+``last_hidden_state`` (post-norm), and vLLM's DeepSeek MTP proposer is fed the target model's
+returned (normed) hidden states the same way. The embedding and output head are the stored
+copies in the MTP layer when the checkpoint has them (what a serving engine loads), else the
+main model's. The decoder block's slot t sits at position t (as in vLLM and Megatron-LM);
+RoPE attention only sees position differences, so this equals transformers' t+1 convention.
+
+Weights are read with mtpcheck's own checkpoint reader, by the family registry's names, and
+mapped onto the modules' parameters (per-expert MoE tensors are stacked into transformers'
+fused ``gate_up_proj`` / ``down_proj`` when the module is fused). Every tensor of the MTP
+layer must be used and every parameter filled, or the head is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mtpcheck.errors import InputError
+from mtpcheck.families import ConcatOrder, MtpAnalysis
+from mtpcheck.model import Checkpoint
+
+SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe")
+"""Registry keys whose MTP head ``accept`` can compute (each tested on a shipped fixture)."""
+
+_FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_MAIN_EMBED = "model.embed_tokens.weight"
+_MAIN_HEAD = "lm_head.weight"
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """Where MTP layer 0's tensors live in one checkpoint."""
+
+    family: str
+    prefix: str
+    """Prefix of the MTP decoder block, e.g. ``model.layers.61.``."""
+    enorm: str
+    hnorm: str
+    projection: str
+    final_norm: str
+    embed: str | None
+    """Stored copy of the embedding in the MTP layer, when present."""
+    head: str | None
+    """Stored output head of the MTP layer, when present."""
+    hidden_first: bool
+
+
+def _fill(template: str, i: int, base: int) -> str:
+    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
+
+
+def supported_names() -> str:
+    from mtpcheck.families import FAMILY_BY_NAME
+
+    return ", ".join(FAMILY_BY_NAME[k].display for k in SUPPORTED_FAMILIES)
+
+
+def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
+    """The layout of MTP layer 0, or why the checkpoint has no drafter.
+
+    A checkpoint without a complete MTP layer has no drafter (a string says why); one whose
+    family ``accept`` cannot run raises :class:`InputError`.
+    """
+    present = [layer for layer in analysis.layers if layer.present]
+    if not present:
+        declared = analysis.declared.value
+        said = f"; config declares {declared} ({analysis.declared.source})" if declared else ""
+        return f"no MTP weights in the checkpoint{said}"
+    first = min(present, key=lambda layer: layer.index)
+    if first.index != 0 or first.missing:
+        shown = ", ".join(first.missing[:3])
+        return (
+            f"MTP layer {first.index} is incomplete: {len(first.missing)} tensor(s) missing "
+            f"({shown})"
+        )
+    family = analysis.family
+    if family is None or family.key not in SUPPORTED_FAMILIES or family.megatron_wrapper is None:
+        name = family.display if family else f"model_type {analysis.model_type!r}"
+        raise InputError(
+            ckpt.path,
+            f"accept does not support {name} yet (supported: {supported_names()})",
+        )
+    for name in first.present:
+        dtype = ckpt.tensors[name].dtype
+        if dtype not in _FLOAT_DTYPES and not name.endswith("e_score_correction_bias"):
+            raise InputError(
+                ckpt.path,
+                f"{name} is {dtype}: accept supports BF16/F16/F32 MTP weights only "
+                "(quantised MTP layers not yet)",
+            )
+    base = analysis.num_hidden_layers or 0
+    enorm, hnorm, projection, final_norm = (_fill(t, 0, base) for t in family.megatron_wrapper)
+    copies = {c.main: _fill(c.template, 0, base) for c in family.copies}
+    embed = copies.get(_MAIN_EMBED)
+    head = copies.get(_MAIN_HEAD)
+    return HeadLayout(
+        family=family.key,
+        prefix=_fill(family.layer_prefix, 0, base),
+        enorm=enorm,
+        hnorm=hnorm,
+        projection=projection,
+        final_norm=final_norm,
+        embed=embed if embed in ckpt.tensors else None,
+        head=head if head in ckpt.tensors else None,
+        hidden_first=family.concat_order is ConcatOrder.HIDDEN_FIRST,
+    )
+
+
+def read_tensor(ckpt: Checkpoint, name: str) -> torch.Tensor:
+    """A checkpoint tensor as a CPU torch tensor of its stored dtype, via mtpcheck's reader."""
+    meta = ckpt.tensors[name]
+    dtype = _FLOAT_DTYPES.get(meta.dtype)
+    if dtype is None:
+        raise InputError(meta.file, f"{name}: dtype {meta.dtype} is not supported by accept")
+    buf = bytearray(meta.nbytes)
+    pos = 0
+    for chunk in ckpt.read_chunks(name, 1 << 24):
+        buf[pos : pos + len(chunk)] = chunk
+        pos += len(chunk)
+    flat = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype).reshape(meta.shape)
+
+
+def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive ``[1, 1, L, L]`` causal mask: 0 on and below the diagonal."""
+    mask = torch.full((length, length), torch.finfo(dtype).min, dtype=dtype, device=device)
+    return mask.triu(1)[None, None]
+
+
+class MtpHead(torch.nn.Module):
+    """One MTP layer plus its output head: ``(h_t, token_{t+1}) -> logits for token_{t+2}``."""
+
+    def __init__(
+        self,
+        enorm: torch.nn.Module,
+        hnorm: torch.nn.Module,
+        projection: torch.nn.Linear,
+        block: torch.nn.Module,
+        final_norm: torch.nn.Module,
+        embed: torch.nn.Module,
+        head: torch.nn.Module,
+        rotary: torch.nn.Module | None,
+        hidden_first: bool,
+    ) -> None:
+        super().__init__()
+        self.enorm = enorm
+        self.hnorm = hnorm
+        self.eh_proj = projection
+        self.block = block
+        self.final_norm = final_norm
+        self.embed = embed
+        self.head = head
+        self.rotary = rotary
+        self.hidden_first = hidden_first
+
+    def forward(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+        """``hidden[:, t]`` and ``next_ids[:, t]`` (token t+1) -> logits for token t+2."""
+        e = self.enorm(self.embed(next_ids).to(hidden.dtype))
+        h = self.hnorm(hidden)
+        x = self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
+        length = x.shape[1]
+        positions = torch.arange(length, device=x.device)[None].expand(x.shape[0], -1)
+        rope = self.rotary(x, positions) if self.rotary is not None else None
+        out = self.block(
+            x,
+            attention_mask=causal_mask(length, x.dtype, x.device),
+            position_ids=positions,
+            position_embeddings=rope,
+        )
+        if isinstance(out, tuple):  # older transformers decoder layers return tuples
+            out = out[0]
+        return self.head(self.final_norm(out))
+
+
+def _block_state(
+    ckpt: Checkpoint, layout: HeadLayout, block: torch.nn.Module, skip: set[str]
+) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """Checkpoint tensors for the block's parameters, and the checkpoint names used."""
+    available = {
+        name[len(layout.prefix) :]: name
+        for name in ckpt.tensors
+        if name.startswith(layout.prefix) and name not in skip
+    }
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    for key, target in block.state_dict(keep_vars=True).items():
+        if key in available:
+            state[key] = read_tensor(ckpt, available[key])
+            used.add(available[key])
+            continue
+        stem, _, leaf = key.rpartition(".")
+        if stem.endswith("experts") and leaf in ("gate_up_proj", "down_proj"):
+            parts = ("gate_proj", "up_proj") if leaf == "gate_up_proj" else ("down_proj",)
+            experts = []
+            for e in range(target.shape[0]):
+                names = [available.get(f"{stem}.{e}.{part}.weight") for part in parts]
+                if any(n is None for n in names):
+                    break
+                experts.append(torch.cat([read_tensor(ckpt, n) for n in names], dim=0))
+                used.update(n for n in names if n is not None)
+            else:
+                state[key] = torch.stack(experts)
+                continue
+        raise InputError(
+            ckpt.path, f"MTP block has no tensor for {layout.prefix}{key} (transformers {key!r})"
+        )
+    unused = sorted(set(available.values()) - used)
+    if unused:
+        raise InputError(
+            ckpt.path,
+            f"{len(unused)} MTP tensor(s) have no place in the transformers decoder layer: "
+            + ", ".join(unused[:3]),
+        )
+    return state, used
+
+
+def _check_shape(ckpt: Checkpoint, name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if tuple(tensor.shape) != shape:
+        raise InputError(
+            ckpt.path, f"{name} has shape {list(tensor.shape)}, expected {list(shape)}"
+        )
+
+
+def build_head(
+    model: Any, ckpt: Checkpoint, layout: HeadLayout, dtype: torch.dtype, device: torch.device
+) -> MtpHead:
+    """The MTP head of ``ckpt`` using ``model``'s decoder-layer, norm and rotary classes."""
+    decoder = model.get_decoder()
+    config = copy.deepcopy(model.config.get_text_config())
+    hidden = int(config.hidden_size)
+    eps = float(config.rms_norm_eps)
+    skip = {layout.enorm, layout.hnorm, layout.projection, layout.final_norm}
+    skip |= {n for n in (layout.embed, layout.head) if n}
+    block_names = [n for n in ckpt.tensors if n.startswith(layout.prefix) and n not in skip]
+    moe = any(".experts." in n or ".mlp.gate.weight" in n for n in block_names)
+    config.num_hidden_layers = 1
+    if hasattr(config, "first_k_dense_replace"):
+        config.first_k_dense_replace = 0 if moe else 1
+    if getattr(config, "_attn_implementation", None) not in ("eager", "sdpa"):
+        config._attn_implementation = "sdpa"
+    layer_cls = type(decoder.layers[-1])
+    norm_cls = type(decoder.norm)
+    with torch.device("meta"):
+        block = layer_cls(config, 0)
+    state, _ = _block_state(ckpt, layout, block, skip)
+    keep32 = _keep_in_fp32(model) if dtype != torch.float32 else ()
+    block.load_state_dict(
+        {k: v.to(device=device, dtype=_param_dtype(k, v, dtype, keep32)) for k, v in state.items()},
+        strict=True,
+        assign=True,
+    )
+
+    def norm(name: str) -> torch.nn.Module:
+        weight = read_tensor(ckpt, name)
+        _check_shape(ckpt, name, weight, (hidden,))
+        with torch.device("meta"):
+            module = norm_cls(hidden, eps=eps)
+        module.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
+        return module
+
+    proj_weight = read_tensor(ckpt, layout.projection)
+    _check_shape(ckpt, layout.projection, proj_weight, (hidden, 2 * hidden))
+    projection = torch.nn.Linear(2 * hidden, hidden, bias=False, device="meta")
+    projection.load_state_dict({"weight": proj_weight.to(device=device, dtype=dtype)}, assign=True)
+
+    embed: torch.nn.Module = model.get_input_embeddings()
+    if layout.embed is not None:
+        weight = read_tensor(ckpt, layout.embed)
+        _check_shape(ckpt, layout.embed, weight, tuple(embed.weight.shape))
+        embed = torch.nn.Embedding.from_pretrained(weight.to(device=device, dtype=dtype))
+    head: torch.nn.Module = model.get_output_embeddings()
+    if layout.head is not None:
+        weight = read_tensor(ckpt, layout.head)
+        _check_shape(ckpt, layout.head, weight, tuple(head.weight.shape))
+        head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+        head.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
+
+    module = MtpHead(
+        enorm=norm(layout.enorm),
+        hnorm=norm(layout.hnorm),
+        projection=projection,
+        block=block,
+        final_norm=norm(layout.final_norm),
+        embed=embed,
+        head=head,
+        rotary=getattr(decoder, "rotary_emb", None),
+        hidden_first=layout.hidden_first,
+    )
+    left = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
+    if left:
+        raise RuntimeError(f"MTP head parameters left unloaded: {left[:3]}")
+    return module.eval()
+
+
+def _param_dtype(
+    key: str, value: torch.Tensor, dtype: torch.dtype, keep32: tuple[str, ...]
+) -> torch.dtype:
+    """Compute dtype, except what the model class keeps in float32 (e.g. router weights)."""
+    if not value.is_floating_point():
+        return value.dtype
+    return torch.float32 if any(k in key for k in keep32) else dtype
+
+
+def _keep_in_fp32(model: Any) -> tuple[str, ...]:
+    names: list[str] = []
+    for attr in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict"):
+        names.extend(getattr(model, attr, None) or ())
+    return tuple(names)
+
+
+def hidden_and_logits(model: Any, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One main-model forward: (last hidden state after the final norm, logits)."""
+    out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
+    return out.hidden_states[-1], out.logits
