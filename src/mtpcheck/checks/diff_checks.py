@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, integrity_check
 from mtpcheck.checks.inspect_checks import summarise
-from mtpcheck.checks.tensor_match import compare
+from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import analyse
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, TensorStatus
+from mtpcheck.model import (
+    Checkpoint,
+    CheckResult,
+    Finding,
+    Report,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
+
+Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
 
 def _is_megatron(ckpt: Checkpoint) -> bool:
@@ -25,8 +37,14 @@ def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint,
     return a, as_megatron(b), True
 
 
-def diff_report(a: Checkpoint, b: Checkpoint, all_tensors: bool = False) -> Report:
-    """Build the diff report of ``b`` against ``a``."""
+def diff_report(
+    a: Checkpoint, b: Checkpoint, all_tensors: bool = False, compare: Compare = compare_many
+) -> Report:
+    """Build the diff report of ``b`` against ``a``.
+
+    ``compare`` compares ``(a_name, b_name)`` pairs in order (the tensor matcher, or its
+    sharded form under torchrun: ``mtpcheck.pipeline.distributed``).
+    """
     a, b, crossed = align_formats(a, b)
     analysis_a = analyse(a.config, a.tensors, a.config_path)
     analysis_b = analyse(b.config, b.tensors, b.config_path)
@@ -36,7 +54,7 @@ def diff_report(a: Checkpoint, b: Checkpoint, all_tensors: bool = False) -> Repo
     else:
         names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
         scope = "MTP scope"
-    comparisons = tuple(compare(a, n, b, n) for n in sorted(names))
+    comparisons = tuple(compare(a, b, [(n, n) for n in sorted(names)]))
     failing = [comparison_finding(c) for c in comparisons if c.status is not TensorStatus.EQUAL]
     equal = [c for c in comparisons if c.status is TensorStatus.EQUAL]
     summary = Finding(

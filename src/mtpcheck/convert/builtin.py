@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import mmap
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
-from mtpcheck.mapping import as_hf, as_megatron
-from mtpcheck.mapping.views import require_complete
+from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
+from mtpcheck.mapping.rules import Kind
+from mtpcheck.mapping.views import backward, forward, load_array, require_complete
 from mtpcheck.model import Checkpoint
 
 WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
@@ -48,6 +51,141 @@ def _torch_tensor(ckpt: Checkpoint, name: str) -> Any:
     return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(meta.shape)
 
 
+class _OneAtATime:
+    """The tensors of a Megatron view, produced one at a time while megatron-core writes them.
+
+    ``placeholders`` have each tensor's shape and dtype over untouched anonymous memory (no
+    resident pages): they only plan the save. ``materialise`` (called by the writer right
+    before it writes a tensor, or a view of one) returns the real bytes: a plain copy is a
+    private copy-on-write map of the source shard (``ACCESS_COPY``: no copy, no anonymous
+    memory), a transformed tensor is computed from such maps into an anonymous map of its own.
+    A view (a SwiGLU half) gets a tensor over exactly its bytes, so the writer need not copy
+    it. Once the writer asks for the next tensor, the pages of the previous one are freed
+    (the writer keeps a reference to it but never reads it again), so peak memory is about one
+    tensor, not the checkpoint.
+    """
+
+    def __init__(self, view: MappedCheckpoint) -> None:
+        import torch
+
+        self.view = view
+        self.mappings = view.plan.by_megatron()
+        self.placeholders: dict[str, Any] = {}
+        self._owner: dict[int, str] = {}
+        for name, meta in view.tensors.items():
+            dtype = getattr(torch, _TORCH_DTYPE[meta.dtype])
+            if meta.nbytes:
+                raw = torch.frombuffer(_anonymous(meta.nbytes), dtype=torch.uint8)
+                tensor = raw.view(dtype).reshape(meta.shape)
+                self._owner[tensor.untyped_storage().data_ptr()] = name
+            else:
+                tensor = torch.empty(meta.shape, dtype=dtype)
+            self.placeholders[name] = tensor
+        self._last: tuple[str, memoryview] | None = None
+        """Name and bytes of the tensor last produced."""
+        self._produced: set[str] = set()
+
+    def unproduced(self) -> list[str]:
+        """Tensors the writer never asked for: their placeholders (zeros) would be on disk."""
+        return sorted(set(self._owner.values()) - self._produced)
+
+    def materialise(self, data: Any) -> Any:
+        import torch
+
+        name = self._owner.get(data.untyped_storage().data_ptr())
+        if name is None or not data.nbytes:  # not a placeholder, or nothing to produce
+            return data
+        if self._last is None or self._last[0] != name:
+            if self._last is not None:
+                _drop_pages(self._last[1])  # written: the writer holds on to it, unread
+            self._last = None
+            self._last = (name, self._compute(name))
+            self._produced.add(name)
+        raw = self._last[1]
+        if not data.is_contiguous():
+            whole = torch.frombuffer(raw, dtype=torch.uint8).view(data.dtype)
+            return whole.as_strided(data.size(), data.stride(), data.storage_offset())
+        start = data.storage_offset() * data.element_size()
+        part = torch.frombuffer(raw[start : start + data.nbytes], dtype=torch.uint8)
+        return part.view(data.dtype).reshape(data.shape)
+
+    def _compute(self, name: str) -> memoryview:
+        """The bytes of Megatron tensor ``name``."""
+        import numpy as np
+
+        m = self.mappings[name]
+        if m.kind is Kind.COPY:
+            mapped = _mapped_bytes(self.view.source, m.hf[0])
+            if mapped is not None:
+                return mapped
+        meta = self.view.tensors[name]
+        out = memoryview(_anonymous(meta.nbytes))
+        if m.kind is Kind.COPY:
+            pos = 0
+            for chunk in self.view.source.read_chunks(m.hf[0], 1 << 24):
+                out[pos : pos + len(chunk)] = chunk
+                pos += len(chunk)
+            return out
+        parts = [_source_array(self.view.source, h) for h in m.hf]
+        width = itemsize(meta.dtype)
+        target = np.frombuffer(out, dtype=f"<u{width}").reshape(meta.shape)
+        if m.kind is Kind.CONCAT_ROWS:
+            np.concatenate(parts, axis=0, out=target)
+        else:
+            target[...] = forward(m, parts)
+        return out
+
+
+def _anonymous(nbytes: int) -> mmap.mmap:
+    """Private anonymous memory, unmapped (returned to the system) when the last user goes."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+
+
+def _drop_pages(raw: memoryview) -> None:
+    """Free the pages of a tensor the writer has written. The writer keeps a reference to the
+    last tensor written under each key (for a format we do not use) and never reads it again;
+    a file map's pages stay in the page cache and would fault back in, anonymous ones would
+    read as zeros (and are only ever dropped once written)."""
+    mapped = raw.obj
+    if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        mapped.madvise(mmap.MADV_DONTNEED)
+
+
+def _mapped_bytes(ckpt: Checkpoint, name: str) -> memoryview | None:
+    """Tensor ``name`` of an HF safetensors checkpoint as a private copy-on-write map of its
+    shard (nothing read until touched; pages shared with the page cache); None for a
+    checkpoint whose tensors do not lie at plain file offsets."""
+    meta = ckpt.tensors[name]
+    if not callable(getattr(ckpt, "span_reader", None)) or not meta.readable or not meta.nbytes:
+        return None
+    start = meta.offset - meta.offset % mmap.ALLOCATIONGRANULARITY
+    try:
+        with open(meta.file, "rb") as f:
+            mapped = mmap.mmap(
+                f.fileno(),
+                meta.offset - start + meta.nbytes,
+                access=mmap.ACCESS_COPY,
+                offset=start,
+            )
+    except (OSError, ValueError):  # e.g. a file system without mmap: read it instead
+        return None
+    return memoryview(mapped)[meta.offset - start :]
+
+
+def _source_array(ckpt: Checkpoint, name: str) -> Any:
+    """One source tensor as unsigned ints of its element width, mapped when possible."""
+    import numpy as np
+
+    raw = _mapped_bytes(ckpt, name)
+    if raw is None:
+        return load_array(ckpt, name)
+    meta = ckpt.tensors[name]
+    width = itemsize(meta.dtype)
+    if width is None:
+        return load_array(ckpt, name)  # refuses sub-byte dtypes with the usual message
+    return np.frombuffer(raw, dtype=f"<u{width}").reshape(meta.shape)
+
+
 def hf_to_megatron(hf: Checkpoint, dst: Path) -> Path:
     """Write ``hf`` as a Megatron-LM torch_dist checkpoint (``dst/release``); returns its dir."""
     from mtpcheck.convert import megatron_config
@@ -62,10 +200,16 @@ def hf_to_megatron(hf: Checkpoint, dst: Path) -> Path:
         why = f": {info.note}" if info else ""
         raise InputError(hf.path, f"the built-in converter cannot write {family.display} yet{why}")
     _empty_destination(dst)
-    tensors = {name: _torch_tensor(view, name) for name in view.tensors}
+    tensors = _OneAtATime(view)
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
     args = megatron_config.args_namespace(hf.config, key)
-    return write_torch_dist(dst, tensors, kwargs, args, "release")
+    written = write_torch_dist(
+        dst, tensors.placeholders, kwargs, args, "release", materialise=tensors.materialise
+    )
+    missed = tensors.unproduced()
+    if missed:  # a writer that reads tensors some other way: refuse rather than leave zeros
+        raise RuntimeError(f"the torch_dist writer never produced {len(missed)} tensors: {missed}")
+    return written
 
 
 def megatron_to_hf(
@@ -82,4 +226,51 @@ def megatron_to_hf(
             f"{len(view.plan.unmapped)} tensor(s) have no HF counterpart: {shown}",
         )
     _empty_destination(dst)
-    return write_hf(view, dst, config=view.config)
+    return write_hf(_SplitOnce(view), dst, config=view.config)
+
+
+class _SplitOnce:
+    """A Megatron checkpoint under HF names (``view``) for the HF writer, each fused Megatron
+    tensor loaded and split once: the writer asks for q, k and v (gate and up) in turn, and
+    each would load the whole fused tensor again. Holds one tensor's pieces at a time; the
+    bytes are those of ``view.read_chunks``."""
+
+    def __init__(self, view: MappedCheckpoint) -> None:
+        self.view = view
+        self.tensors = view.tensors
+        self._to_megatron = view.plan.by_hf()
+        self._copy_of = dict(view.plan.copies)
+        self._pieces: tuple[str | None, list[Any]] = (None, [])
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[Any]:
+        import numpy as np
+
+        name = self._copy_of.get(name, name)
+        m = self._to_megatron[name]
+        if m.kind is Kind.COPY:
+            return self.view.source.read_chunks(m.megatron, chunk_bytes)
+        if self._pieces[0] != m.megatron:
+            self._pieces = (None, [])
+            whole = _load(self.view.source, m.megatron)
+            self._pieces = (m.megatron, [np.ascontiguousarray(p) for p in backward(m, whole)])
+        piece = self._pieces[1][m.hf.index(name)]
+        raw = memoryview(piece.reshape(-1).view(np.uint8))
+        return (raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes))
+
+
+def _load(ckpt: Checkpoint, name: str) -> Any:
+    """A tensor's bits as unsigned ints of its element width, read into one buffer."""
+    import numpy as np
+
+    meta = ckpt.tensors[name]
+    width = itemsize(meta.dtype)
+    if width is None:
+        return load_array(ckpt, name)  # refuses sub-byte dtypes with the usual message
+    out = np.empty(meta.nbytes, dtype=np.uint8)
+    pos = 0
+    for chunk in ckpt.read_chunks(name, 1 << 24):
+        out[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        pos += len(chunk)
+    if pos != meta.nbytes:
+        raise InputError(ckpt.path, f"{name}: read {pos} bytes, expected {meta.nbytes}")
+    return out.view(f"<u{width}").reshape(meta.shape)

@@ -12,7 +12,8 @@ directory layout::
     dst_root/iter_0000001/ (or release/)            metadata.json .metadata __0_0.distcp common.pt
 
 Tensors are wrapped as views, so peak memory is the tensors passed in plus the one chunk the
-storage writer copies at a time (a SwiGLU half, whose view does not own its storage).
+storage writer copies at a time (a SwiGLU half, whose view does not own its storage); with
+``materialise`` the tensors passed in are placeholders and the real ones exist one at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,28 @@ def build_sharded_state_dict(
     return out
 
 
+Materialise = Callable[[torch.Tensor], torch.Tensor]
+"""Maps a tensor of the state dict (or a view of it) to the tensor whose bytes are written."""
+
+
+class _MaterialisingPlanner(MCoreSavePlanner):
+    """Hands the storage writer ``materialise(tensor)`` instead of the state dict's tensor.
+
+    The (serial) storage writer resolves one item at a time, after it has written the previous
+    one, so ``materialise`` may reclaim the memory of what it returned before.
+    """
+
+    def __init__(self, materialise: Materialise | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._materialise = materialise
+
+    def resolve_data(self, write_item: Any) -> Any:
+        data = super().resolve_data(write_item)
+        if self._materialise is not None and isinstance(data, torch.Tensor):
+            return self._materialise(data)
+        return data
+
+
 class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
     """The torch_dist (version 1) save strategy, run synchronously on CPU.
 
@@ -213,17 +236,24 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
     synchronous ``torch.distributed.checkpoint.save``; the files are those of a GPU save.
     """
 
-    def __init__(self, thread_count: int = 1) -> None:
+    def __init__(self, thread_count: int = 1, materialise: Materialise | None = None) -> None:
         super().__init__("torch_dist", 1, thread_count=thread_count)
+        self.materialise = materialise
 
     def save(self, sharded_state_dict: dict[str, Any], checkpoint_dir: str | Path) -> None:
         by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
             sharded_state_dict, self.keep_only_main_replica
         )
-        planner = MCoreSavePlanner(
-            dedup_replicated_tensors=not self.keep_only_main_replica, flatten_state_dict=False
+        planner = _MaterialisingPlanner(
+            self.materialise,
+            dedup_replicated_tensors=not self.keep_only_main_replica,
+            flatten_state_dict=False,
         )
-        writer = FileSystemWriter(str(checkpoint_dir), thread_count=self.thread_count)
+        # per_thread_copy_ahead=0: the serial loader, which resolves (materialises) an item
+        # only after the previous one is written, even where CUDA is available
+        writer = FileSystemWriter(
+            str(checkpoint_dir), thread_count=self.thread_count, per_thread_copy_ahead=0
+        )
         dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
 
 
@@ -294,8 +324,14 @@ def write_torch_dist(
     transformer_kwargs: Mapping[str, Any],
     args: argparse.Namespace | Mapping[str, Any],
     iteration: int | str,
+    materialise: Materialise | None = None,
 ) -> Path:
     """Write ``tensors`` (canonical names) as a Megatron-LM torch_dist checkpoint.
+
+    With ``materialise``, ``tensors`` only need the right shape and dtype (they plan the save):
+    each one (or each view of one) is passed to ``materialise`` right before it is written, and
+    what it returns is written instead (same shape and dtype). Calls come one at a time, each
+    after the previous result is written, so the real tensors can be produced one at a time.
 
     ``common.pt`` holds ``args`` (an ``argparse.Namespace``), ``checkpoint_version`` 3.0,
     ``iteration`` (0 for ``"release"``) and ``content_metadata``. Runs on CPU in this process;
@@ -320,7 +356,7 @@ def write_torch_dist(
         dist_checkpointing.save(
             state,
             str(ckpt_dir),
-            sharded_strategy=SyncTorchDistSaveStrategy(),
+            sharded_strategy=SyncTorchDistSaveStrategy(materialise=materialise),
             content_metadata=dict(CONTENT_METADATA),
         )
     (root / TRACKER_FILE).write_text(str(iteration))

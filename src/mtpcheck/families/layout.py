@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from mtpcheck.errors import ConfigError
@@ -132,9 +136,82 @@ def _hidden_layers(
     return found[0] if found else None
 
 
+@functools.lru_cache(maxsize=256)
 def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
     body = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{n\}", r"(?P<n>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
+
+
+def _past(prefix: str) -> str:
+    """The least string above every string that starts with ``prefix`` (non-empty)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _run_end(names: list[str], prefix: str, lo: int, hi: int) -> int:
+    """End of the run of ``names[lo:hi]`` (sorted) that starts with ``prefix``."""
+    if prefix and ord(prefix[-1]) < sys.maxunicode:
+        return bisect.bisect_left(names, _past(prefix), lo, hi)
+    while lo < hi and names[lo].startswith(prefix):
+        lo += 1
+    return lo
+
+
+def _prefix_runs(names: list[str], template: str) -> list[tuple[int, int, int, dict[str, str]]]:
+    """Where the prefix template matches the sorted ``names``: ``(start, stop, end, groups)``.
+
+    Names sharing one matched prefix (``model.layers.7.``) are consecutive in sorted order and
+    match alike (the pattern looks at no character past its match), so each run is matched
+    once and skipped by bisection: a handful of regex matches instead of one per tensor.
+    ``end`` is the prefix length, ``groups`` the placeholders' digits.
+    """
+    pattern = _pattern(template, prefix_only=True)
+    literal = template.split("{", 1)[0]
+    # Runs are sound when each placeholder is followed by a literal non-digit, so that the
+    # digits' end is inside the match; otherwise every name is matched on its own.
+    runs_sound = all(
+        t[:1] and not t[0].isdecimal() and t[0] != "{" for t in template.split("}")[1:]
+    )
+    i = bisect.bisect_left(names, literal)
+    stop_all = _run_end(names, literal, i, len(names))
+    runs = []
+    while i < stop_all:
+        m = pattern.match(names[i])
+        if m is None:
+            i += 1
+            continue
+        j = _run_end(names, names[i][: m.end()], i + 1, stop_all) if runs_sound else i + 1
+        runs.append((i, j, m.end(), m.groupdict()))
+        i = j
+    return runs
+
+
+def _full_matches(
+    names: list[str], joined: str | None, template: str
+) -> Iterator[tuple[str, re.Match[str]]]:
+    """Names matching the whole template. The template's literal tail is searched for in
+    ``joined`` (the names, each followed by a newline) at C speed; only names ending with it
+    are matched against the regex."""
+    pattern = _pattern(template, prefix_only=False)
+    tail = template.rsplit("}", 1)[-1]
+    if joined is None or not tail or "\n" in tail:
+        for name in names:
+            if name.endswith(tail) and (m := pattern.match(name)):
+                yield name, m
+        return
+    needle = tail + "\n"
+    at = joined.find(needle)
+    while at >= 0:
+        end = at + len(tail)
+        name = joined[joined.rfind("\n", 0, at) + 1 : end]
+        if m := pattern.match(name):
+            yield name, m
+        at = joined.find(needle, end + 1)
+
+
+def _joined(names: list[str]) -> str | None:
+    """The names, one per line, for :func:`_full_matches`; None if a name holds a newline."""
+    joined = "\n".join(names) + "\n"
+    return joined if joined.count("\n") == len(names) else None
 
 
 def _fill(template: str, i: int, base: int) -> str:
@@ -159,16 +236,13 @@ def _infer_base(family: MtpFamily, names: list[str]) -> int:
 def _main_layers(
     family: MtpFamily, names: list[str], base: int | None
 ) -> dict[int, frozenset[str]]:
-    pattern = _pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
+    template = family.main_layer_prefix.replace("{k}", "{n}")
     grouped: dict[int, set[str]] = {}
-    for name in names:
-        m = pattern.match(name)
-        if m is None:
-            continue
-        k = int(m.group("n"))
+    for start, stop, end, groups in _prefix_runs(names, template):
+        k = int(groups["n"])
         if base is not None and k >= base:
             continue
-        grouped.setdefault(k, set()).add(name[m.end() :])
+        grouped.setdefault(k, set()).update(map(itemgetter(slice(end, None)), names[start:stop]))
     return {k: frozenset(v) for k, v in grouped.items()}
 
 
@@ -209,22 +283,22 @@ def analyse(
         return _analyse_unknown(model_type, declared, hidden, names, tensors)
 
     base = hidden if hidden is not None else _infer_base(family, names)
-    templates = [family.layer_prefix, *family.specific, *(c.template for c in family.copies)]
+
+    def depth(groups: dict[str, str]) -> int:
+        if "n" in groups:
+            return int(groups["n"]) - base
+        return int(groups["i"]) if "i" in groups else 0
+
     members: dict[int, set[str]] = {}
-    for template in templates:
-        pattern = _pattern(template, prefix_only=template == family.layer_prefix)
-        for name in names:
-            m = pattern.match(name)
-            if m is None:
-                continue
-            groups = m.groupdict()
-            if "n" in groups:
-                i = int(groups["n"]) - base
-            elif "i" in groups:
-                i = int(groups["i"])
-            else:
-                i = 0
-            if i >= 0:
+    for start, stop, _, groups in _prefix_runs(names, family.layer_prefix):
+        if (i := depth(groups)) >= 0:
+            members.setdefault(i, set()).update(names[start:stop])
+    joined = _joined(names)
+    for template in (*family.specific, *(c.template for c in family.copies)):
+        if template == family.layer_prefix:
+            continue  # matched as a prefix above
+        for name, m in _full_matches(names, joined, template):
+            if (i := depth(m.groupdict())) >= 0:
                 members.setdefault(i, set()).add(name)
 
     main = _main_layers(family, names, base)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 from collections.abc import Iterator
 
 from mtpcheck.errors import InputError
 from mtpcheck.model import TensorMeta
+
+_SEEK_DATA = getattr(os, "SEEK_DATA", None)
+_SEEK_HOLE = getattr(os, "SEEK_HOLE", None)
 
 
 def read_tensor_chunks(meta: TensorMeta, chunk_bytes: int) -> Iterator[bytes]:
@@ -32,3 +37,123 @@ def read_tensor_chunks(meta: TensorMeta, chunk_bytes: int) -> Iterator[bytes]:
         raise InputError(meta.file, e.strerror or str(e)) from e
     finally:
         os.close(fd)
+
+
+class SpanReader:
+    """Positioned reads of tensor bytes into the caller's buffers, one descriptor per file.
+
+    Files are opened on first use and stay open until :meth:`close` (or the end of a ``with``
+    block), so comparing many tensors of one shard opens it once. Reads are ``preadv`` at
+    absolute offsets: threads may share a reader. The kernel's readahead is switched off for
+    these descriptors (it would read up to ``read_ahead_kb`` past each tensor); the caller
+    announces the ranges it is about to read with :meth:`prefetch` instead, so exactly the
+    bytes compared are read from storage, in large requests.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> SpanReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def _fd(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(path)
+                if fd is None:
+                    try:
+                        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                    except OSError as e:
+                        raise InputError(path, e.strerror or str(e)) from e
+                    _advise(fd, 0, 0, "POSIX_FADV_RANDOM")
+                    self._fds[path] = fd
+        return fd
+
+    def prefetch(self, meta: TensorMeta, pos: int, n: int) -> None:
+        """Ask the kernel to read the tensor's bytes ``[pos, pos + n)`` in the background."""
+        _advise(self._fd(meta.file), meta.offset + pos, n, "POSIX_FADV_WILLNEED")
+
+    def readinto(self, meta: TensorMeta, pos: int, view: memoryview) -> None:
+        """Fill ``view`` with the tensor's bytes from byte ``pos`` of the tensor on."""
+        fd = self._fd(meta.file)
+        want = len(view)
+        done = 0
+        try:
+            while done < want:
+                n = os.preadv(fd, [view[done:]], meta.offset + pos + done)
+                if n == 0:
+                    raise InputError(
+                        meta.file, f"file ended while reading tensor {meta.name!r} (truncated?)"
+                    )
+                done += n
+        except OSError as e:
+            raise InputError(meta.file, e.strerror or str(e)) from e
+
+    def read(self, meta: TensorMeta, pos: int, n: int) -> bytes:
+        """``n`` bytes of the tensor from byte ``pos`` of the tensor on."""
+        fd = self._fd(meta.file)
+        try:
+            chunk = os.pread(fd, n, meta.offset + pos)
+            while len(chunk) < n:
+                more = os.pread(fd, n - len(chunk), meta.offset + pos + len(chunk))
+                if not more:
+                    raise InputError(
+                        meta.file, f"file ended while reading tensor {meta.name!r} (truncated?)"
+                    )
+                chunk += more
+        except OSError as e:
+            raise InputError(meta.file, e.strerror or str(e)) from e
+        return chunk
+
+    def has_hole(self, meta: TensorMeta, pos: int, n: int) -> bool:
+        """True when the tensor's bytes ``[pos, pos + n)`` include a hole (a sparse file)."""
+        if _SEEK_HOLE is None or n <= 0:
+            return False
+        start = meta.offset + pos
+        try:
+            return os.lseek(self._fd(meta.file), start, _SEEK_HOLE) < start + n
+        except OSError:
+            return False
+
+    def is_hole(self, meta: TensorMeta, pos: int, n: int) -> bool:
+        """True when the tensor's bytes ``[pos, pos + n)`` lie in a hole of a sparse file.
+
+        A hole reads as zero bytes, so two holes hold equal bytes without reading them. False
+        whenever in doubt (no ``SEEK_DATA``, a file system without hole reporting, errors).
+        """
+        if _SEEK_DATA is None or n <= 0:
+            return False
+        fd = self._fd(meta.file)
+        start = meta.offset + pos
+        try:
+            if os.lseek(fd, start, _SEEK_DATA) < start + n:
+                return False
+        except OSError as e:
+            if e.errno != errno.ENXIO:  # ENXIO: no data at or after ``start``
+                return False
+        try:  # a range past the end of the file is not a hole but missing bytes
+            return os.fstat(fd).st_size >= start + n
+        except OSError:
+            return False
+
+
+def _advise(fd: int, offset: int, length: int, advice: str) -> None:
+    """``posix_fadvise``, where the platform has it; advice only, so failures are ignored."""
+    code = getattr(os, advice, None)
+    if code is None or not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        os.posix_fadvise(fd, offset, length, code)
+    except OSError:
+        pass

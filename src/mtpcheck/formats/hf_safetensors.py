@@ -8,14 +8,16 @@ are symlinks to blobs. Only headers are read when opening; tensor bytes are read
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mtpcheck.errors import InputError
-from mtpcheck.formats.chunked_read import read_tensor_chunks
+from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
 from mtpcheck.model import IntegrityIssue, TensorMeta
@@ -37,6 +39,11 @@ class HfCheckpoint:
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
 
+    def span_reader(self) -> SpanReader:
+        """Positioned reads at ``tensors[name]``'s file and offset (the tensor matcher's fast
+        path: reused descriptors, reads into its buffers, holes of sparse files skipped)."""
+        return SpanReader()
+
 
 class HfSafetensorsReader:
     """Reader for Hugging Face safetensors checkpoints."""
@@ -53,11 +60,12 @@ class HfSafetensorsReader:
     def open(self, path: Path) -> HfCheckpoint:
         root, index_file, single = _locate(path)
         config, config_path = _load_config(root)
-        if index_file is not None:
-            tensors, issues = _open_indexed(root, index_file)
-        else:
-            shards = [single] if single else sorted(root.glob("*.safetensors"))
-            tensors, issues = _open_unindexed(shards)
+        with _gc_paused():
+            if index_file is not None:
+                tensors, issues = _open_indexed(root, index_file)
+            else:
+                shards = [single] if single else sorted(root.glob("*.safetensors"))
+                tensors, issues = _open_unindexed(shards)
         return HfCheckpoint(
             path=str(path),
             config=config,
@@ -65,6 +73,19 @@ class HfSafetensorsReader:
             tensors=tensors,
             issues=tuple(issues),
         )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Headers of a large checkpoint are ~100k small dicts and lists without reference cycles;
+    the cyclic collector would traverse them again and again while they are built."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _locate(path: Path) -> tuple[Path, Path | None, Path | None]:
@@ -107,8 +128,14 @@ def _resolve_hf_cache(path: Path) -> Path:
         return path
     ref = path / "refs" / "main"
     if ref.is_file():
-        revision = ref.read_text(encoding="utf-8").strip()
-        if (snapshots / revision).is_dir():
+        try:
+            revision = ref.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise InputError(ref, f"unreadable refs/main ({reason})") from e
+        if revision in (".", "..") or any(c in revision for c in "/\\\0"):
+            raise InputError(ref, f"refs/main names {revision!r}, not a snapshot")
+        if revision and (snapshots / revision).is_dir():
             return snapshots / revision
     candidates = sorted(p for p in snapshots.iterdir() if p.is_dir())
     if len(candidates) == 1:
@@ -118,27 +145,30 @@ def _resolve_hf_cache(path: Path) -> Path:
 
 def _load_config(root: Path) -> tuple[dict[str, Any], str | None]:
     config_path = root / "config.json"
-    if not config_path.exists():
+    if not config_path.exists() and not config_path.is_symlink():  # a broken link is an error
         return {}, None
     return read_config(config_path), str(config_path)
 
 
 def _read_index(index_file: Path) -> dict[str, str]:
+    if index_file.exists() and not index_file.is_file():  # a directory, or a blocking FIFO
+        raise InputError(index_file, "not a regular file")
     try:
         raw = json.loads(index_file.read_text(encoding="utf-8"))
     except OSError as e:
         raise InputError(index_file, e.strerror or str(e)) from e
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # Recursion: too deep
         raise InputError(index_file, f"invalid JSON ({e})") from e
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
+    # JSON object keys are strings; values must be too (``type``: JSON has no str subclasses)
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise InputError(index_file, "index has no weight_map object of tensor name -> shard file")
     for shard in set(weight_map.values()):
         pure = PurePosixPath(shard)
         if pure.is_absolute() or ".." in pure.parts or "\\" in shard:
             raise InputError(index_file, f"shard {shard!r} points outside the checkpoint folder")
+        if "\0" in shard:
+            raise InputError(index_file, f"shard {shard!r} has a NUL byte in its name")
         if not shard.endswith(".safetensors"):
             raise InputError(index_file, f"shard {shard!r} is not a .safetensors file")
     return weight_map
@@ -164,7 +194,45 @@ def _open_indexed(
             continue
         headers[shard] = read_header(str(shard_path))
     issues.extend(_truncation_issues(headers.values(), root))
+    tensors = _as_indexed(weight_map, headers)
+    if tensors is None:
+        tensors = _reconcile(weight_map, headers, issues)
+    named = set(weight_map.values())
+    issues.extend(
+        IntegrityIssue(
+            "unindexed-shard",
+            extra.name,
+            f"{extra.name} sits beside the index but the index does not mention it",
+        )
+        for extra in sorted(root.glob("*.safetensors"))
+        if extra.name not in named
+    )
+    return tensors, issues
 
+
+def _as_indexed(
+    weight_map: dict[str, str], headers: dict[str, ShardHeader]
+) -> dict[str, TensorMeta] | None:
+    """The usual case, checked in bulk: every shard is present and holds exactly the tensors
+    the index gives it. Returns the tensors in name order, or None (then :func:`_reconcile`
+    works out and words what disagrees)."""
+    # Each header's names all map to that header's shard, and the counts agree: then no name
+    # is in two shards, none is unindexed, and every indexed name is held (a bijection).
+    if sum(len(h.tensors) for h in headers.values()) != len(weight_map):
+        return None
+    for shard, header in headers.items():
+        if not all(map(shard.__eq__, map(weight_map.get, header.tensors))):
+            return None
+    merged: dict[str, TensorMeta] = {}
+    for header in headers.values():
+        merged.update(header.tensors)
+    return dict(sorted(merged.items()))
+
+
+def _reconcile(
+    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
+) -> dict[str, TensorMeta]:
+    """Index and shard headers disagree: the tensors loaders would see, each issue named."""
     tensors: dict[str, TensorMeta] = {}
     holders: dict[str, list[str]] = {}
     for shard, header in headers.items():
@@ -206,17 +274,7 @@ def _open_indexed(
                     f"{name} is in {where[0]} but not in the index (loaders will not see it)",
                 )
             )
-    named = set(weight_map.values())
-    issues.extend(
-        IntegrityIssue(
-            "unindexed-shard",
-            extra.name,
-            f"{extra.name} sits beside the index but the index does not mention it",
-        )
-        for extra in sorted(root.glob("*.safetensors"))
-        if extra.name not in named
-    )
-    return tensors, issues
+    return tensors
 
 
 def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from mtpcheck.dtypes import BITS_BY_DTYPE
@@ -62,9 +63,12 @@ def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) 
         text = header[:n].decode("utf-8")
     except UnicodeDecodeError as e:
         raise HeaderError(path, f"header is not UTF-8 ({e.reason} at byte {e.start})") from e
+    fast = _parse_common(path, text, 8 + n, file_size)
+    if fast is not None:
+        return fast
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicates)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise HeaderError(path, f"header is not valid JSON ({e})") from e
     if not isinstance(raw, dict):
         raise HeaderError(path, f"header is JSON {type(raw).__name__}, expected an object")
@@ -94,6 +98,107 @@ def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) 
         path=path,
         tensors=tensors,
         metadata={str(k): str(v) for k, v in metadata.items()},
+        data_bytes_declared=declared,
+        data_bytes_on_disk=max(on_disk, 0),
+    )
+
+
+_META_FIELDS = ("name", "dtype", "shape", "file", "offset", "nbytes", "readable")
+
+
+def _fast_meta(
+    name: str, dtype: str, shape: tuple[int, ...], file: str, offset: int, nbytes: int, ok: bool
+) -> TensorMeta:
+    """``TensorMeta(...)`` in two thirds of the time (once per tensor, ~90k times for
+    DeepSeek-V3): the frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this fills the instance dict directly, in field order."""
+    meta = object.__new__(TensorMeta)
+    fields_ = meta.__dict__
+    fields_["name"] = name
+    fields_["dtype"] = dtype
+    fields_["shape"] = shape
+    fields_["file"] = file
+    fields_["offset"] = offset
+    fields_["nbytes"] = nbytes
+    fields_["readable"] = ok
+    return meta
+
+
+# only while TensorMeta is the plain dataclass _fast_meta assumes
+_meta = (
+    _fast_meta
+    if tuple(f.name for f in fields(TensorMeta)) == _META_FIELDS
+    and not hasattr(TensorMeta, "__slots__")
+    and not hasattr(TensorMeta, "__post_init__")
+    else TensorMeta
+)
+
+
+def _parse_common(path: str, text: str, data_start: int, file_size: int) -> ShardHeader | None:
+    """The usual header, parsed at C speed: the same result as the checks of
+    :func:`parse_header_bytes`, or None whenever anything is unusual (they then decide, and
+    word the error). About 3x faster on a 90k-tensor checkpoint.
+
+    Objects are parsed as tuples of pairs (no Python call per object); duplicate keys show as
+    a dict shorter than its pairs. Accepted: a top-level object whose entries are objects of
+    exactly ``dtype``, ``shape`` and ``data_offsets`` with valid values, and an optional
+    ``__metadata__`` object of strings, so no deeper object can hide a duplicate key.
+    """
+    try:
+        pairs = json.loads(text, object_pairs_hook=tuple)
+    except (ValueError, RecursionError):
+        return None
+    if type(pairs) is not tuple:
+        return None
+    raw = dict(pairs)
+    if len(raw) != len(pairs):
+        return None
+    metadata: dict[str, str] = {}
+    meta_pairs = raw.pop("__metadata__", None)
+    if meta_pairs is not None:
+        if type(meta_pairs) is not tuple:
+            return None
+        metadata = dict(meta_pairs)
+        if len(metadata) != len(meta_pairs) or set(map(type, metadata.values())) - {str}:
+            return None
+    on_disk = file_size - data_start
+    tensors: dict[str, TensorMeta] = {}
+    spans: list[tuple[int, int, str]] = []
+    for name, entry_pairs in raw.items():
+        if type(entry_pairs) is not tuple or len(entry_pairs) != 3:
+            return None
+        (k1, dtype), (k2, shape), (k3, offsets) = entry_pairs
+        if k1 != "dtype" or k2 != "shape" or k3 != "data_offsets":  # not the usual key order
+            entry = dict(entry_pairs)
+            dtype = entry.get("dtype")
+            shape = entry.get("shape")
+            offsets = entry.get("data_offsets")
+        # JSON values: ``type(x) is int`` is an int that is not a bool
+        bits = BITS_BY_DTYPE.get(dtype) if type(dtype) is str else None
+        if not bits or type(shape) is not list or type(offsets) is not list or len(offsets) != 2:
+            return None
+        begin, end = offsets
+        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
+            return None
+        numel = 1
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return None
+            numel *= d
+        if numel * bits % 8 or numel * bits // 8 != end - begin:
+            return None
+        spans.append((begin, end, name))
+        tensors[name] = _meta(
+            name, dtype, tuple(shape), path, data_start + begin, end - begin, end <= on_disk
+        )
+    try:
+        declared = _check_layout(path, spans)
+    except HeaderError:
+        return None
+    return ShardHeader(
+        path=path,
+        tensors=tensors,
+        metadata=metadata,
         data_bytes_declared=declared,
         data_bytes_on_disk=max(on_disk, 0),
     )
@@ -145,8 +250,14 @@ def _check_layout(path: str, spans: list[tuple[int, int, str]]) -> int:
 def read_header(path: str) -> ShardHeader:
     """Read and validate the header of the safetensors file at ``path``."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise HeaderError(
+                    path, "Is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+                )
+            size = st.st_size
             prefix = f.read(8)
             if len(prefix) < 8:
                 return parse_header_bytes(path, prefix, b"", size)

@@ -1,0 +1,284 @@
+"""Benchmark 3: ``mtpcheck inspect`` on a DeepSeek-V3-scale checkpoint (sparse files).
+
+A generator writes DeepSeek-V3's 163 shards with its real tensor names, dtypes and shapes
+(from the published config: hidden 7168, 61 layers of which the first 3 dense, 1 MTP layer at
+``model.layers.61``, 256 routed + 1 shared expert, MLA, FP8 E4M3 weights with fp32
+``weight_scale_inv`` per 128x128 block): 91,991 tensors, about 688 GB declared. Each shard is
+its header followed by a hole, so only the headers take disk space.
+
+Timed: ``python -m mtpcheck inspect DIR`` (interpreter start-up included) against a baseline
+that only starts Python and ``json.loads`` the 163 headers (a floor for any Python tool).
+Target: <= 1.0 s wall, and no torch import (checked with ``python -X importtime``).
+
+    python benchmarks/bench_inspect_deepseek_scale.py [--repeats 5] [--workdir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    alternate,
+    child_env,
+    machine,
+    median,
+    mtpcheck_cmd,
+    print_table,
+    run_measured,
+    write_index,
+    write_sparse_shard,
+)
+
+HIDDEN = 7168
+LAYERS = 61
+DENSE = 3
+EXPERTS = 256
+INTER = 18432
+MOE_INTER = 2048
+VOCAB = 129280
+Q_LORA = 1536
+KV_LORA = 512
+ROPE = 64
+NOPE = 128
+V_HEAD = 128
+HEADS = 128
+BLOCK = 128
+SHARDS = 163
+TARGET_S = 1.0
+HEAVY = ("torch", "transformers", "megatron", "safetensors", "numpy")
+
+CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": HIDDEN,
+    "intermediate_size": INTER,
+    "moe_intermediate_size": MOE_INTER,
+    "num_hidden_layers": LAYERS,
+    "num_nextn_predict_layers": 1,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": HEADS,
+    "n_routed_experts": EXPERTS,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": DENSE,
+    "moe_layer_freq": 1,
+    "q_lora_rank": Q_LORA,
+    "kv_lora_rank": KV_LORA,
+    "qk_rope_head_dim": ROPE,
+    "qk_nope_head_dim": NOPE,
+    "v_head_dim": V_HEAD,
+    "vocab_size": VOCAB,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [BLOCK, BLOCK],
+    },
+}
+
+
+def _ceil(a: int) -> int:
+    return -(-a // BLOCK)
+
+
+def _fp8(name: str, rows: int, cols: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [
+        (f"{name}.weight", "F8_E4M3", (rows, cols)),
+        (f"{name}.weight_scale_inv", "F32", (_ceil(rows), _ceil(cols))),
+    ]
+
+
+def _attention(p: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    a = f"{p}self_attn."
+    return [
+        (f"{p}input_layernorm.weight", "BF16", (HIDDEN,)),
+        (f"{p}post_attention_layernorm.weight", "BF16", (HIDDEN,)),
+        *_fp8(f"{a}q_a_proj", Q_LORA, HIDDEN),
+        (f"{a}q_a_layernorm.weight", "BF16", (Q_LORA,)),
+        *_fp8(f"{a}q_b_proj", HEADS * (NOPE + ROPE), Q_LORA),
+        *_fp8(f"{a}kv_a_proj_with_mqa", KV_LORA + ROPE, HIDDEN),
+        (f"{a}kv_a_layernorm.weight", "BF16", (KV_LORA,)),
+        *_fp8(f"{a}kv_b_proj", HEADS * (NOPE + V_HEAD), KV_LORA),
+        *_fp8(f"{a}o_proj", HIDDEN, HEADS * V_HEAD),
+    ]
+
+
+def _mlp(p: str, inter: int) -> list[tuple[str, str, tuple[int, ...]]]:
+    return [
+        *_fp8(f"{p}gate_proj", inter, HIDDEN),
+        *_fp8(f"{p}up_proj", inter, HIDDEN),
+        *_fp8(f"{p}down_proj", HIDDEN, inter),
+    ]
+
+
+def _moe_layer(p: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    out = _attention(p)
+    out += [
+        (f"{p}mlp.gate.weight", "BF16", (EXPERTS, HIDDEN)),
+        (f"{p}mlp.gate.e_score_correction_bias", "F32", (EXPERTS,)),
+    ]
+    for e in range(EXPERTS):
+        out += _mlp(f"{p}mlp.experts.{e}.", MOE_INTER)
+    out += _mlp(f"{p}mlp.shared_experts.", MOE_INTER)
+    return out
+
+
+def deepseek_v3_tensors() -> list[tuple[str, str, tuple[int, ...]]]:
+    """Every tensor of the FP8 DeepSeek-V3 release, in layer order."""
+    out = [("model.embed_tokens.weight", "BF16", (VOCAB, HIDDEN))]
+    for k in range(LAYERS + 1):
+        p = f"model.layers.{k}."
+        out += _attention(p) + _mlp(f"{p}mlp.", INTER) if k < DENSE else _moe_layer(p)
+        if k == LAYERS:  # the MTP module
+            out += [
+                (f"{p}embed_tokens.weight", "BF16", (VOCAB, HIDDEN)),
+                (f"{p}enorm.weight", "BF16", (HIDDEN,)),
+                (f"{p}hnorm.weight", "BF16", (HIDDEN,)),
+                (f"{p}eh_proj.weight", "BF16", (HIDDEN, 2 * HIDDEN)),
+                (f"{p}shared_head.norm.weight", "BF16", (HIDDEN,)),
+                (f"{p}shared_head.head.weight", "BF16", (VOCAB, HIDDEN)),
+            ]
+    out += [("model.norm.weight", "BF16", (HIDDEN,)), ("lm_head.weight", "BF16", (VOCAB, HIDDEN))]
+    return out
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    n = {"BF16": 2, "F32": 4, "F8_E4M3": 1}[dtype]
+    for d in shape:
+        n *= d
+    return n
+
+
+def generate(root: Path) -> tuple[int, int]:
+    """Write the sparse checkpoint under ``root``; returns (tensor count, declared bytes)."""
+    tensors = deepseek_v3_tensors()
+    total = sum(_nbytes(d, s) for _, d, s in tensors)
+    per_shard = -(-total // SHARDS)
+    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for t in tensors:
+        nb = _nbytes(t[1], t[2])
+        if shards[-1] and size + nb > per_shard and len(shards) < SHARDS:
+            shards.append([])
+            size = 0
+        shards[-1].append(t)
+        size += nb
+    weight_map: dict[str, str] = {}
+    for number, shard in enumerate(shards, start=1):
+        name = f"model-{number:05d}-of-{len(shards):06d}.safetensors"
+        write_sparse_shard(root / name, sorted(shard))
+        weight_map.update({t[0]: name for t in shard})
+    write_index(root, weight_map, total)
+    (root / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
+    return len(tensors), total
+
+
+FLOOR = """
+import json, struct, sys
+from pathlib import Path
+for p in sorted(Path(sys.argv[1]).glob("*.safetensors")):
+    with open(p, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        json.loads(f.read(n))
+"""
+
+
+def heavy_imports(root: Path, env: dict[str, str]) -> list[str]:
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mtpcheck", "inspect", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    found = set()
+    for line in run.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            module = line.rsplit("|", 1)[1].strip()
+            if module.split(".")[0] in HEAVY:
+                found.add(module.split(".")[0])
+    return sorted(found)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the generated checkpoint")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="mtpbench-dsv3-", dir=args.workdir))
+    try:
+        root = work / "DeepSeek-V3"
+        root.mkdir()
+        count, declared = generate(root)
+        shards = len(list(root.glob("*.safetensors")))
+        print(
+            f"generated {shards} sparse shards, {count} tensors, {declared / 1e9:.1f} GB "
+            f"declared, {sum(p.stat().st_blocks for p in root.iterdir()) * 512 / 1e6:.1f} MB "
+            f"on disk, under {root}",
+            file=sys.stderr,
+        )
+        env = child_env(work)
+        check = run_measured(mtpcheck_cmd("inspect", root, "--format", "json"), env=env)
+        report = json.loads(check.stdout)
+        (layer,) = report["inputs"][0]["mtp_layers"]
+        print(
+            f"inspect: exit {check.returncode}, ok={report['ok']}, "
+            f"{report['inputs'][0]['tensor_count']} tensors, MTP layer {layer['prefix']} "
+            f"{len(layer['tensors'])} tensors, complete={layer['complete']}",
+            file=sys.stderr,
+        )
+        heavy = heavy_imports(root, env)
+
+        results = alternate(
+            {
+                "floor": lambda: run_measured([sys.executable, "-c", FLOOR, str(root)]),
+                "mtpcheck": lambda: run_measured(mtpcheck_cmd("inspect", root), env=env),
+            },
+            args.repeats,
+        )
+        floor = median(m.wall for m in results["floor"])
+        ours = median(m.wall for m in results["mtpcheck"])
+        cpu = median(m.cpu for m in results["mtpcheck"])
+        floor_cpu = median(m.cpu for m in results["floor"])
+        rss = max(m.maxrss_mib for m in results["mtpcheck"])
+        print(f"\nmachine: {machine()}")
+        print_table(
+            f"inspect on DeepSeek-V3 scale ({shards} shards, {count} tensors, "
+            f"{declared / 1e9:.0f} GB declared), medians of {args.repeats}",
+            [
+                ("python + json.loads of headers", f"{floor:.3f}", f"{floor_cpu:.2f}", "", ""),
+                (
+                    "mtpcheck inspect",
+                    f"{ours:.3f}",
+                    f"{cpu:.2f}",
+                    f"{rss:.0f}",
+                    "met" if ours <= TARGET_S else "NOT met",
+                ),
+            ],
+            ("run", "wall s", "CPU s", "peak RSS MiB", f"target <= {TARGET_S} s"),
+        )
+        print(f"ratio mtpcheck / floor: {ours / floor:.2f}")
+        print(f"heavy imports on the inspect path: {', '.join(heavy) or 'none'}")
+        ok = ours <= TARGET_S and not heavy and check.returncode == 0 and report["ok"]
+        return 0 if ok else 1
+    finally:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
