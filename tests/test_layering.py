@@ -1,7 +1,8 @@
 """Dependencies point one way.
 
 cli -> pipeline -> (checks, convert) -> mapping -> (families, formats) -> model, errors, dtypes;
-report sees only the model. Heavy third-party imports are confined to the layers listed.
+cli -> accept -> (families, formats); report sees only the model. Heavy third-party imports
+are confined to the layers listed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ ALLOWED: dict[str, set[str]] = {
     "convert": {"model", "errors", "dtypes", "families", "mapping", "formats"},
     "pipeline": {"model", "errors", "formats", "families", "mapping", "checks", "convert"},
     "report": {"model", "errors", "__init__"},
-    "cli": {"model", "errors", "formats", "checks", "report", "pipeline", "convert", "__init__"},
+    "accept": {"model", "errors", "families", "formats"},
+    "cli": {
+        "model",
+        "errors",
+        "formats",
+        "checks",
+        "report",
+        "pipeline",
+        "convert",
+        "accept",
+        "__init__",
+    },
     "__main__": {"cli"},
     "__init__": set(),
 }
@@ -37,6 +49,8 @@ THIRD_PARTY: dict[str, set[str]] = {
     "checks": {"numpy"},
     "mapping": {"numpy"},
     "convert": {"numpy", "torch", "megatron", "transformers", "safetensors"},
+    "pipeline": {"torch"},  # torch.distributed, only under torchrun (pipeline/distributed.py)
+    "accept": {"torch", "transformers", "numpy", "matplotlib"},
 }
 STDLIB_ONLY_OR_LISTED = {
     "click",
@@ -46,6 +60,7 @@ STDLIB_ONLY_OR_LISTED = {
     "transformers",
     "megatron",
     "safetensors",
+    "matplotlib",
 }
 
 
