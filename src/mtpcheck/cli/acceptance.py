@@ -1,0 +1,122 @@
+"""``accept``: offline MTP acceptance per workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mtpcheck.cli.app import cli, execute, make_options, output_options
+from mtpcheck.model import Report
+
+
+@cli.command()
+@click.argument("ckpt", type=click.Path(path_type=Path))
+@click.option(
+    "--workload",
+    "workload_specs",
+    metavar="NAME=PATH",
+    multiple=True,
+    required=True,
+    help="A workload: JSONL with 'text' or 'messages', or plain text (repeatable).",
+)
+@click.option(
+    "--compare",
+    type=click.Path(path_type=Path),
+    help="Also measure this checkpoint on the same token sequences and report B - A.",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Temperature of p and q for alpha; 0 makes alpha the greedy acceptance.",
+)
+@click.option("--device", type=click.Choice(("cpu", "cuda")), default="cpu", show_default=True)
+@click.option(
+    "--dtype",
+    type=click.Choice(("auto", "float32", "bfloat16", "float16")),
+    default="auto",
+    show_default=True,
+    help="Compute dtype; auto: float32 on CPU, the checkpoint's dtype on CUDA.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=2),
+    default=512,
+    show_default=True,
+    help="Cut each sequence to this many tokens.",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Tokenizer folder (default: CKPT's); both checkpoints see the same token ids.",
+)
+@click.option(
+    "--min-acceptance",
+    type=click.FloatRange(min=0, max=1),
+    help="CI gate: exit 1 if alpha on any workload (of any checkpoint) is below this.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write a PNG bar chart of acceptance per workload (and checkpoint).",
+)
+@output_options
+def accept(
+    ckpt: Path,
+    workload_specs: tuple[str, ...],
+    compare: Path | None,
+    temperature: float,
+    device: str,
+    dtype: str,
+    max_tokens: int,
+    tokenizer: Path | None,
+    min_acceptance: float | None,
+    plot: Path | None,
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
+) -> None:
+    """Offline MTP acceptance per workload: does the drafter earn its keep?
+
+    One teacher-forced forward pass per sequence (k = 1): the MTP head's distribution q for
+    token t+2 is scored against the main model's distribution p at t+1. Reports greedy
+    acceptance, alpha = mean sum_v min(p, q) and 1 + alpha tokens per target pass.
+    """
+    from mtpcheck.accept.workloads import parse_spec
+
+    try:
+        workloads = [parse_spec(spec) for spec in workload_specs]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--workload") from e
+    names = [name for name, _ in workloads]
+    if len(set(names)) != len(names):
+        raise click.BadParameter("workload names must be unique", param_hint="--workload")
+
+    def build() -> Report:
+        from mtpcheck.accept.runner import AcceptOptions, run_accept
+
+        options = AcceptOptions(
+            checkpoint=ckpt,
+            workloads=tuple(workloads),
+            compare=compare,
+            temperature=temperature,
+            device=device,
+            dtype=dtype,
+            max_tokens=max_tokens,
+            tokenizer=tokenizer,
+            min_acceptance=min_acceptance,
+            trust_pickle=trust_pickle,
+        )
+        report = run_accept(options, log=lambda line: click.echo(f"mtpcheck: {line}", err=True))
+        if plot is not None:
+            from mtpcheck.accept.plot import write_plot
+
+            write_plot(report, plot)
+        return report
+
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("accept", build, opts))

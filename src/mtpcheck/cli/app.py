@@ -1,0 +1,158 @@
+"""The click group, shared options and the one place outcomes become exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mtpcheck import __version__
+from mtpcheck.errors import ExitCode, InputError, MtpcheckError
+from mtpcheck.model import Report
+
+FORMATS = ("table", "json")
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where and how a report is written."""
+
+    format: str
+    junit_xml: Path | None
+    markdown: Path | None
+    debug: bool
+    trust_pickle: bool = False
+
+
+def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by every command that produces a report."""
+    decorators = [
+        click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(FORMATS),
+            default="table",
+            show_default=True,
+            help="Report format on stdout.",
+        ),
+        click.option(
+            "--junit-xml",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Also write a JUnit XML report (one testcase per check).",
+        ),
+        click.option(
+            "--markdown",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).",
+        ),
+        click.option("--debug", is_flag=True, help="Show tracebacks for errors."),
+        click.option(
+            "--trust-pickle",
+            is_flag=True,
+            help="Unpickle Megatron .pt/.metadata files without the allowlist. "
+            "Only for files you vouch for: a pickle can run code.",
+        ),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def _emit(report: Report, opts: OutputOptions) -> None:
+    from mtpcheck.report import STDOUT_RENDERERS, JunitRenderer, MarkdownRenderer
+
+    for renderer, path in ((JunitRenderer(), opts.junit_xml), (MarkdownRenderer(), opts.markdown)):
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as stream:
+                renderer.render(report, stream)
+    STDOUT_RENDERERS[opts.format]().render(report, sys.stdout)
+
+
+def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> int:
+    """Run ``build`` and map its outcome to the documented exit codes."""
+    try:
+        report = build()
+        _emit(report, opts)
+    except MtpcheckError as e:
+        if opts.debug:
+            traceback.print_exc()
+        if opts.format == "json":
+            from mtpcheck.report import error_dict
+
+            path = e.path if isinstance(e, InputError) else ""
+            reason = e.reason if isinstance(e, InputError) else str(e)
+            print(json.dumps(error_dict(command, path, reason), indent=2))
+        click.echo(f"mtpcheck: error: {e}", err=True)
+        return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:
+        click.echo("mtpcheck: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except Exception as e:  # a bug: say so, keep the traceback behind --debug
+        if opts.debug:
+            traceback.print_exc()
+        click.echo(
+            f"mtpcheck: internal error: {type(e).__name__}: {e} "
+            "(rerun with --debug for a traceback)",
+            err=True,
+        )
+        return ExitCode.INTERNAL
+    return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def make_options(
+    fmt: str, junit_xml: Path | None, markdown: Path | None, debug: bool, trust_pickle: bool
+) -> OutputOptions:
+    if trust_pickle:
+        click.echo(
+            "mtpcheck: warning: --trust-pickle: pickled files are loaded without the allowlist "
+            "and can run code; use it only for files you vouch for",
+            err=True,
+        )
+    return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="mtpcheck")
+def cli() -> None:
+    """Prove that a checkpoint's Multi-Token-Prediction (MTP) layers survive."""
+
+
+def run_action(action: Callable[[], None], debug: bool) -> int:
+    """Exit-code mapping for commands that write instead of report."""
+    try:
+        action()
+    except MtpcheckError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"mtpcheck: error: {e}", err=True)
+        return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:
+        click.echo("mtpcheck: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"mtpcheck: internal error: {type(e).__name__}: {e}", err=True)
+        return ExitCode.INTERNAL
+    return ExitCode.OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code."""
+    try:
+        cli.main(args=argv, prog_name="mtpcheck", standalone_mode=False)
+    except SystemExit as e:
+        return int(e.code or 0)
+    except click.exceptions.Abort:
+        click.echo("mtpcheck: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    except click.ClickException as e:
+        e.show()
+        return ExitCode.BAD_INPUT
+    return ExitCode.OK

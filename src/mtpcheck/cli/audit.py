@@ -1,0 +1,94 @@
+"""``inspect`` and ``diff`` (with torchrun sharding of ``diff``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options
+from mtpcheck.errors import ExitCode
+from mtpcheck.model import Report
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@output_options
+def inspect(
+    path: Path,
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
+) -> None:
+    """Audit one checkpoint: MTP family, declared count, layers present, shared copies."""
+
+    def build() -> Report:
+        from mtpcheck.checks.inspect_checks import inspect_report
+        from mtpcheck.formats import open_checkpoint
+
+        return inspect_report(open_checkpoint(path, trust_pickle))
+
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("inspect", build, opts))
+
+
+@cli.command()
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option(
+    "--all", "all_tensors", is_flag=True, help="Compare every tensor, not only the MTP scope."
+)
+@output_options
+def diff(
+    a: Path,
+    b: Path,
+    all_tensors: bool,
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
+) -> None:
+    """Compare B against A: config keys, then MTP tensors bit for bit (all with --all).
+
+    A and B may be in different formats (HF safetensors, Megatron torch_dist or legacy):
+    the HF side is then mapped to Megatron names, bit-exactly.
+    """
+
+    def build() -> Report:
+        from mtpcheck.checks.diff_checks import diff_report
+        from mtpcheck.formats import open_checkpoint
+
+        left = open_checkpoint(a, trust_pickle)
+        return diff_report(left, open_checkpoint(b, trust_pickle), all_tensors=all_tensors)
+
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    if _under_torchrun():
+        raise SystemExit(_diff_across_ranks(a, b, all_tensors, opts))
+    raise SystemExit(execute("diff", build, opts))
+
+
+def _under_torchrun() -> bool:
+    """``WORLD_SIZE`` > 1: started by torchrun (see benchmarks/README.md, cluster scale)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def _diff_across_ranks(a: Path, b: Path, all_tensors: bool, opts: OutputOptions) -> int:
+    """The tensor list split across ranks (torch.distributed, gloo); rank 0 reports."""
+    from mtpcheck.pipeline.distributed import diff_across_ranks
+
+    def on_rank0(build: Callable[[], Report]) -> int:
+        return execute("diff", build, opts)
+
+    try:
+        return diff_across_ranks(a, b, all_tensors, opts.trust_pickle, on_rank0)
+    except Exception as e:  # the process group itself failed (rendezvous, timeout)
+        click.echo(f"mtpcheck: error: torch.distributed: {type(e).__name__}: {e}", err=True)
+        return ExitCode.INTERNAL

@@ -1,0 +1,137 @@
+"""``roundtrip`` and the built-in ``convert`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mtpcheck.cli.app import cli, execute, make_options, output_options, run_action
+from mtpcheck.model import Report
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--to-megatron",
+    metavar="CMD",
+    help="Your HF->Megatron converter, e.g. 'python conv.py --in {src} --out {dst}'. "
+    "Default: the built-in converter.",
+)
+@click.option(
+    "--to-hf",
+    metavar="CMD",
+    help="Your Megatron->HF converter with {src} and {dst}. Default: built-in.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where temporary checkpoints go (default: the system temp dir).",
+)
+@click.option("--keep", is_flag=True, help="Keep the temporary checkpoints and say where.")
+@click.option("--timeout", type=float, metavar="SECONDS", help="Time limit per converter command.")
+@click.option(
+    "--all",
+    "all_tensors",
+    is_flag=True,
+    help="Compare every tensor of the final checkpoint, not only the MTP scope.",
+)
+@click.option(
+    "--synthetic",
+    is_flag=True,
+    help="Round-trip a tiny random checkpoint built from PATH's config.json.",
+)
+@output_options
+def roundtrip(
+    path: Path,
+    to_megatron: str | None,
+    to_hf: str | None,
+    workdir: Path | None,
+    keep: bool,
+    timeout: float | None,
+    all_tensors: bool,
+    synthetic: bool,
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
+) -> None:
+    """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
+    from mtpcheck.pipeline.converter_command import validate_template
+
+    for option, template in (("--to-megatron", to_megatron), ("--to-hf", to_hf)):
+        if template is not None:
+            try:
+                validate_template(template)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint=option) from e
+
+    def build() -> Report:
+        from mtpcheck.pipeline.roundtrip import RoundtripOptions, run_roundtrip
+
+        options = RoundtripOptions(
+            source=path,
+            to_megatron=to_megatron,
+            to_hf=to_hf,
+            workdir=workdir,
+            keep=keep,
+            timeout=timeout,
+            all_tensors=all_tensors,
+            synthetic=synthetic,
+            trust_pickle=trust_pickle,
+        )
+        return run_roundtrip(options, log=lambda line: click.echo(f"mtpcheck: {line}", err=True))
+
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    raise SystemExit(execute("roundtrip", build, opts))
+
+
+@cli.group()
+def convert() -> None:
+    """Built-in converters between HF safetensors and Megatron torch_dist."""
+
+
+@convert.command("hf-to-megatron")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("dst", type=click.Path(path_type=Path))
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
+    """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST."""
+
+    def action() -> None:
+        from mtpcheck.convert.builtin import hf_to_megatron as run
+        from mtpcheck.formats import open_checkpoint
+
+        run(open_checkpoint(src), dst)
+
+    raise SystemExit(run_action(action, debug))
+
+
+@convert.command("megatron-to-hf")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.argument("dst", type=click.Path(path_type=Path))
+@click.option(
+    "--hf-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="config.json of the HF model the Megatron checkpoint holds.",
+)
+@click.option(
+    "--copies/--no-copies",
+    default=True,
+    show_default=True,
+    help="Re-create the MTP copies of embedding and head where the family stores them.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: bool) -> None:
+    """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST."""
+
+    def action() -> None:
+        from mtpcheck.convert.builtin import megatron_to_hf as run
+        from mtpcheck.formats import open_checkpoint
+        from mtpcheck.formats.config_json import read_config
+
+        run(open_checkpoint(src), dst, read_config(hf_config), copies)
+
+    raise SystemExit(run_action(action, debug))
