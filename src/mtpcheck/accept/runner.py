@@ -33,13 +33,12 @@ from mtpcheck.accept.metrics import (
 )
 from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
 from mtpcheck.errors import InputError, MtpcheckError
-from mtpcheck.families import MtpAnalysis, analyse
+from mtpcheck.families import analyse, summarise
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
     Checkpoint,
-    CheckpointSummary,
     CheckResult,
     Finding,
     Report,
@@ -194,23 +193,6 @@ def measure(
                 counts[index].positions, int(hits.sum()), float(alpha.sum())
             )
     return counts
-
-
-def summarise(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckpointSummary:
-    family = analysis.family
-    return CheckpointSummary(
-        path=ckpt.path,
-        format=ckpt.format,
-        family=family.key if family else None,
-        family_display=family.display if family else "unknown",
-        model_type=analysis.model_type,
-        declared_mtp=analysis.declared.value,
-        declared_by=analysis.declared.source,
-        num_hidden_layers=analysis.num_hidden_layers,
-        tensor_count=len(ckpt.tensors),
-        total_bytes=sum(m.nbytes for m in ckpt.tensors.values()),
-        mtp_layers=analysis.layers,
-    )
 
 
 def result(

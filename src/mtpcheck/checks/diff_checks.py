@@ -6,9 +6,8 @@ from collections.abc import Callable, Sequence
 
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, integrity_check
-from mtpcheck.checks.inspect_checks import summarise
 from mtpcheck.checks.tensor_match import compare_many
-from mtpcheck.families import analyse
+from mtpcheck.families import analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,

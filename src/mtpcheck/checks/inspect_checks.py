@@ -4,33 +4,15 @@ from __future__ import annotations
 
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.tensor_match import compare
-from mtpcheck.families import CopyPolicy, MtpAnalysis, analyse
+from mtpcheck.families import CopyPolicy, MtpAnalysis, analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
-    CheckpointSummary,
     CheckResult,
     Finding,
     Report,
     Status,
     TensorStatus,
 )
-
-
-def summarise(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckpointSummary:
-    family = analysis.family
-    return CheckpointSummary(
-        path=ckpt.path,
-        format=ckpt.format,
-        family=family.key if family else None,
-        family_display=family.display if family else "unknown",
-        model_type=analysis.model_type,
-        declared_mtp=analysis.declared.value,
-        declared_by=analysis.declared.source,
-        num_hidden_layers=analysis.num_hidden_layers,
-        tensor_count=len(ckpt.tensors),
-        total_bytes=sum(m.nbytes for m in ckpt.tensors.values()),
-        mtp_layers=analysis.layers,
-    )
 
 
 def family_check(analysis: MtpAnalysis) -> CheckResult:

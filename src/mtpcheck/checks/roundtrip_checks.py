@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import describe
-from mtpcheck.checks.inspect_checks import summarise
 from mtpcheck.checks.tensor_match import compare
-from mtpcheck.families import analyse
+from mtpcheck.families import analyse, summarise
 from mtpcheck.mapping import MappedCheckpoint, as_megatron
 from mtpcheck.model import (
     Checkpoint,

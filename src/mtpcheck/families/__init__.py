@@ -2,7 +2,13 @@
 
 from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, FAMILY_BY_NAME
 from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
-from mtpcheck.families.layout import DeclaredCount, MtpAnalysis, analyse, detect_family
+from mtpcheck.families.layout import (
+    DeclaredCount,
+    MtpAnalysis,
+    analyse,
+    detect_family,
+    summarise,
+)
 
 __all__ = [
     "FAMILIES",
@@ -16,4 +22,5 @@ __all__ = [
     "SharedCopy",
     "analyse",
     "detect_family",
+    "summarise",
 ]

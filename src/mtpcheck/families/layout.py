@@ -19,7 +19,7 @@ from mtpcheck.families.catalog import (
     QUANT_COMPANION_SUFFIXES,
 )
 from mtpcheck.families.interface import CopyPolicy, MtpFamily
-from mtpcheck.model import MtpLayerReport, TensorMeta
+from mtpcheck.model import Checkpoint, CheckpointSummary, MtpLayerReport, TensorMeta
 
 _MISSING = object()
 _ONE_BYTE_FLOATS = ("F8_E4M3", "F8_E5M2")
@@ -390,4 +390,22 @@ def _analyse_unknown(
         layers=layers,
         copies=(),
         reference_layers={},
+    )
+
+
+def summarise(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckpointSummary:
+    """What a report says about one input checkpoint."""
+    family = analysis.family
+    return CheckpointSummary(
+        path=ckpt.path,
+        format=ckpt.format,
+        family=family.key if family else None,
+        family_display=family.display if family else "unknown",
+        model_type=analysis.model_type,
+        declared_mtp=analysis.declared.value,
+        declared_by=analysis.declared.source,
+        num_hidden_layers=analysis.num_hidden_layers,
+        tensor_count=len(ckpt.tensors),
+        total_bytes=sum(m.nbytes for m in ckpt.tensors.values()),
+        mtp_layers=analysis.layers,
     )
