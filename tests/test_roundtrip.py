@@ -249,3 +249,35 @@ def test_sigint_removes_temporary_checkpoints(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.decode()
     assert os.listdir(work) == []
+
+
+def test_intermediates_skip_fsync_but_conversions_do_not(
+    run_cli, tmp_path: Path, monkeypatch
+) -> None:
+    """The round trip's checkpoints are read back and deleted: no fsync (like cp). ``convert``
+    writes a checkpoint to keep: its data files are fsynced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    run = run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path / "rt", "--format", "json")
+    assert run.exit_code == 0, run
+    data = [p for p in synced if p.endswith((".distcp", ".safetensors"))]
+    assert data == []
+
+    megatron = tmp_path / "megatron"
+    assert run_cli("convert", "hf-to-megatron", FIXTURES / "mimo", megatron).exit_code == 0
+    back = tmp_path / "back"
+    config = FIXTURES / "mimo" / "config.json"
+    run = run_cli("convert", "megatron-to-hf", megatron, back, "--hf-config", config)
+    assert run.exit_code == 0, run
+    assert {Path(p).name for p in synced if p.endswith(".distcp")} == {
+        p.name for p in (megatron / "release").glob("*.distcp")
+    }
+    assert {Path(p).name for p in synced if p.endswith(".safetensors")} == {
+        p.name for p in back.glob("*.safetensors")
+    }

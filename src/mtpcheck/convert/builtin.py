@@ -186,8 +186,11 @@ def _source_array(ckpt: Checkpoint, name: str) -> Any:
     return np.frombuffer(raw, dtype=f"<u{width}").reshape(meta.shape)
 
 
-def hf_to_megatron(hf: Checkpoint, dst: Path) -> Path:
-    """Write ``hf`` as a Megatron-LM torch_dist checkpoint (``dst/release``); returns its dir."""
+def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
+    """Write ``hf`` as a Megatron-LM torch_dist checkpoint (``dst/release``); returns its dir.
+
+    ``durable=False`` leaves the files to the page cache (no ``fsync``): for intermediates.
+    """
     from mtpcheck.convert import megatron_config
     from mtpcheck.convert.torch_dist_writer import write_torch_dist
 
@@ -204,7 +207,13 @@ def hf_to_megatron(hf: Checkpoint, dst: Path) -> Path:
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
     args = megatron_config.args_namespace(hf.config, key)
     written = write_torch_dist(
-        dst, tensors.placeholders, kwargs, args, "release", materialise=tensors.materialise
+        dst,
+        tensors.placeholders,
+        kwargs,
+        args,
+        "release",
+        materialise=tensors.materialise,
+        durable=durable,
     )
     missed = tensors.unproduced()
     if missed:  # a writer that reads tensors some other way: refuse rather than leave zeros
@@ -213,9 +222,14 @@ def hf_to_megatron(hf: Checkpoint, dst: Path) -> Path:
 
 
 def megatron_to_hf(
-    megatron: Checkpoint, dst: Path, hf_config: Mapping[str, Any], with_copies: bool = True
+    megatron: Checkpoint,
+    dst: Path,
+    hf_config: Mapping[str, Any],
+    with_copies: bool = True,
+    durable: bool = True,
 ) -> list[Path]:
-    """Write ``megatron`` as HF sharded safetensors + index + config.json under ``dst``."""
+    """Write ``megatron`` as HF sharded safetensors + index + config.json under ``dst``
+    (``fsync``ed unless ``durable=False``)."""
     from mtpcheck.convert.hf_writer import write_hf
 
     view = as_hf(megatron, hf_config, with_copies)
@@ -226,7 +240,7 @@ def megatron_to_hf(
             f"{len(view.plan.unmapped)} tensor(s) have no HF counterpart: {shown}",
         )
     _empty_destination(dst)
-    return write_hf(_SplitOnce(view), dst, config=view.config)
+    return write_hf(_SplitOnce(view), dst, config=view.config, durable=durable)
 
 
 class _SplitOnce:

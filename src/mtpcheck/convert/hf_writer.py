@@ -52,8 +52,12 @@ def write_hf(
     config: Mapping[str, Any] | None = None,
     names: list[str] | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
+    durable: bool = True,
 ) -> list[Path]:
-    """Write ``names`` (default: all) of ``ckpt`` under ``dst``; returns the shard paths."""
+    """Write ``names`` (default: all) of ``ckpt`` under ``dst``; returns the shard paths.
+
+    Each shard is ``fsync``ed unless ``durable=False`` (a checkpoint read back and deleted).
+    """
     dst.mkdir(parents=True, exist_ok=True)
     metas = [ckpt.tensors[n] for n in sorted(names if names is not None else ckpt.tensors)]
     shards = _plan_shards(metas, shard_bytes)
@@ -78,8 +82,9 @@ def write_hf(
                     raise ValueError(
                         f"{meta.name}: produced {written} bytes, expected {meta.nbytes}"
                     )
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         weight_map.update({meta.name: name for meta in shard})
         files.append(path)
     if total > 1:

@@ -236,9 +236,15 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
     synchronous ``torch.distributed.checkpoint.save``; the files are those of a GPU save.
     """
 
-    def __init__(self, thread_count: int = 1, materialise: Materialise | None = None) -> None:
+    def __init__(
+        self,
+        thread_count: int = 1,
+        materialise: Materialise | None = None,
+        durable: bool = True,
+    ) -> None:
         super().__init__("torch_dist", 1, thread_count=thread_count)
         self.materialise = materialise
+        self.durable = durable
 
     def save(self, sharded_state_dict: dict[str, Any], checkpoint_dir: str | Path) -> None:
         by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
@@ -252,7 +258,10 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
         # per_thread_copy_ahead=0: the serial loader, which resolves (materialises) an item
         # only after the previous one is written, even where CUDA is available
         writer = FileSystemWriter(
-            str(checkpoint_dir), thread_count=self.thread_count, per_thread_copy_ahead=0
+            str(checkpoint_dir),
+            thread_count=self.thread_count,
+            per_thread_copy_ahead=0,
+            sync_files=self.durable,
         )
         dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
 
@@ -325,6 +334,7 @@ def write_torch_dist(
     args: argparse.Namespace | Mapping[str, Any],
     iteration: int | str,
     materialise: Materialise | None = None,
+    durable: bool = True,
 ) -> Path:
     """Write ``tensors`` (canonical names) as a Megatron-LM torch_dist checkpoint.
 
@@ -336,7 +346,8 @@ def write_torch_dist(
     ``common.pt`` holds ``args`` (an ``argparse.Namespace``), ``checkpoint_version`` 3.0,
     ``iteration`` (0 for ``"release"``) and ``content_metadata``. Runs on CPU in this process;
     a process group is created (and destroyed) when none exists. Returns the iteration
-    directory. Refuses to write into a non-empty iteration directory.
+    directory. Refuses to write into a non-empty iteration directory. ``durable=False`` skips
+    the ``fsync`` of each data file (for a checkpoint that is read back and deleted).
     """
     root = Path(dst_root)
     ckpt_dir = root / iteration_dir_name(iteration)
@@ -356,7 +367,7 @@ def write_torch_dist(
         dist_checkpointing.save(
             state,
             str(ckpt_dir),
-            sharded_strategy=SyncTorchDistSaveStrategy(materialise=materialise),
+            sharded_strategy=SyncTorchDistSaveStrategy(materialise=materialise, durable=durable),
             content_metadata=dict(CONTENT_METADATA),
         )
     (root / TRACKER_FILE).write_text(str(iteration))

@@ -135,7 +135,10 @@ def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Repo
     if opts.to_megatron:
         stage1 = run_command(opts.to_megatron, source_path, megatron_dir, opts.timeout)
     else:
-        stage1 = _builtin(lambda: builtin.hf_to_megatron(source, megatron_dir), megatron_dir)
+        # intermediates are read back and deleted: no fsync (like cp, they may never hit disk)
+        stage1 = _builtin(
+            lambda: builtin.hf_to_megatron(source, megatron_dir, durable=False), megatron_dir
+        )
     checks: list[CheckResult] = [_stage("stage1-convert", "Stage 1: converter", stage1, STAGE1)]
     inputs = [summary_of(source)]
     if not stage1.ok:
@@ -155,7 +158,9 @@ def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Repo
     else:
         copies = any(c in source.tensors for c, _ in expected.plan.copies)
         stage2 = _builtin(
-            lambda: builtin.megatron_to_hf(megatron, final_dir, dict(source.config), copies),
+            lambda: builtin.megatron_to_hf(
+                megatron, final_dir, dict(source.config), copies, durable=False
+            ),
             final_dir,
         )
     checks.append(_stage("stage2-convert", "Stage 2: converter", stage2, STAGE2))
