@@ -16,6 +16,7 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -414,3 +415,39 @@ def test_readers_come_before_hf_and_reading_imports_no_megatron(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_plain_chunks_are_streamed_by_offset_and_others_assembled_by_torch(
+    single: Path, parallel: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both paths give the same bytes; only tensors whose chunks are not whole rows (TP splits
+    of row-parallel layers along their columns) go through torch."""
+    from mtpcheck.formats import megatron_dist
+
+    assembled: list[str] = []
+    real_assemble = megatron_dist._assemble
+
+    def counting(directory: Path, plan: Any) -> Any:
+        assembled.append(plan.key)
+        return real_assemble(directory, plan)
+
+    roots = [single / "dense", single / "moe", single / "moe_singleton" / "iter_0000003"]
+    roots += [parallel / f"dist_{run}" for run in ("tp2", "pp2", "ep2")]
+    by_root: dict[str, list[str]] = {}
+    for root in roots:
+        ckpt = MegatronDistReader().open(root)
+        assembled.clear()
+        monkeypatch.setattr(megatron_dist, "_assemble", counting)
+        streamed = {name: _read(ckpt, name, chunk_bytes=40) for name in ckpt.tensors}
+        monkeypatch.setattr(megatron_dist, "_assemble", real_assemble)
+        for name, plan in ckpt.plans.items():
+            whole = real_assemble(Path(ckpt.directory), plan)
+            assert streamed[name] == _raw(whole), (root.name, name)
+        by_root[root.name] = sorted(set(assembled))
+    assert by_root["dist_tp2"] == [  # row-parallel layers: split along their columns
+        "decoder.layers.mlp.linear_fc2.weight",
+        "decoder.layers.self_attention.linear_proj.weight",
+        "mtp.layers.0.transformer_layer.mlp.linear_fc2.weight",
+        "mtp.layers.0.transformer_layer.self_attention.linear_proj.weight",
+    ]
+    assert all(by_root[r] == [] for r in by_root if r != "dist_tp2"), by_root

@@ -61,7 +61,8 @@ class Checkpoint(Protocol):
     issues: tuple[IntegrityIssue, ...]
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
-        """Yield the raw bytes of tensor ``name`` in order, at most ``chunk_bytes`` at a time."""
+        """Yield the raw bytes of tensor ``name`` in order, ``chunk_bytes`` at a time (the last
+        chunk may be shorter)."""
         ...
 
 

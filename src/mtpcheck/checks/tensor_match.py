@@ -83,8 +83,8 @@ def compare_many(
                     _compare_spans(results, pending, reader_a, reader_b, read_bytes, threads)
         return results
     for index, ma, _, an, bn in pending:
-        left = a.read_chunks(an, chunk_bytes)
-        right = b.read_chunks(bn, chunk_bytes)
+        left = _regular(a.read_chunks(an, chunk_bytes), chunk_bytes)
+        right = _regular(b.read_chunks(bn, chunk_bytes), chunk_bytes)
         results[index] = _compare_bytes(results[index], ma, left, right)
     return results
 
@@ -266,6 +266,23 @@ def _parallel(
             t.join()
     if errors:
         raise errors[0]
+
+
+def _regular(chunks: Iterator[Any], size: int) -> Iterator[Any]:
+    """``chunks`` re-cut to exactly ``size`` bytes each (the last may be shorter), so the two
+    sides line up whatever a reader yields; chunks already of that size pass through."""
+    size = max(1, size)
+    pending = bytearray()
+    for chunk in chunks:
+        if not pending and len(chunk) == size:
+            yield chunk
+            continue
+        pending += chunk
+        while len(pending) >= size:
+            yield bytes(pending[:size])
+            del pending[:size]
+    if pending:
+        yield bytes(pending)
 
 
 def _compare_bytes(

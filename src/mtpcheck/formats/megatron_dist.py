@@ -7,8 +7,12 @@ An iteration directory holds ``metadata.json`` (written last, when the save fini
 and ``common.pt``; Megatron-Bridge adds ``run_config.yaml``.
 
 Opening reads ``.metadata``, ``common.pt`` and ``run_config.yaml`` only. Each tensor chunk is a
-``torch.save`` blob at a byte range of a ``.distcp`` file; :meth:`read_chunks` loads just the
-chunks of the one tensor asked for. Keys are mapped to canonical names
+``torch.save`` blob at a byte range of a ``.distcp`` file; :meth:`read_chunks` reads just the
+chunks of the one tensor asked for. Where the chunks are plain tensor records that tile the
+tensor in row bands (one chunk, a layer or expert of a stacked chunk, TP row splits, SwiGLU
+halves), their bytes are streamed by offset in bounded reads, without torch
+(:mod:`mtpcheck.formats.torch_save_record`); otherwise the chunks are loaded with torch and
+assembled. Keys are mapped to canonical names
 (:mod:`mtpcheck.formats.megatron_common`), and additionally:
 
 * a stacked key ``<block>.layers.X`` with a leading layer axis becomes ``<block>.layers.{k}.X``;
@@ -57,6 +61,7 @@ from mtpcheck.formats.megatron_common import (
     unpadded_rows,
 )
 from mtpcheck.formats.safe_pickle import load_raw_pickle, load_tensor_blob, load_torch_file
+from mtpcheck.formats.torch_save_record import locate_tensor
 from mtpcheck.model import IntegrityIssue, TensorMeta
 
 FORMAT = "megatron-torch-dist"
@@ -105,7 +110,12 @@ class MegatronDistCheckpoint:
         meta = self.tensors[name]
         if not meta.readable:
             raise InputError(meta.file, f"tensor {name!r} has chunks past the end of the file")
-        yield from tensor_chunks(_assemble(Path(self.directory), self.plans[name]), chunk_bytes)
+        directory = Path(self.directory)
+        spans = _row_band_spans(directory, self.plans[name])
+        if spans is None:
+            yield from tensor_chunks(_assemble(directory, self.plans[name]), chunk_bytes)
+        else:
+            yield from _stream_spans(directory, spans, chunk_bytes)
 
 
 class MegatronDistReader:
@@ -510,6 +520,107 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
     if out is None:
         out = torch.empty(plan.shape, dtype=plan.dtype)
     return out if plan.rows is None else out[: plan.rows]
+
+
+@dataclass(frozen=True)
+class _Span:
+    file: str
+    offset: int
+    length: int
+
+
+def _row_band_spans(directory: Path, plan: _Plan) -> list[_Span] | None:
+    """The tensor's bytes as byte ranges of the data files, in C order; None unless every
+    piece is a plain tensor record of the plan's dtype whose part of the tensor is whole rows,
+    the pieces tiling the rows exactly (then torch assembles it)."""
+    dtype = safetensors_dtype(plan.dtype)
+    width = element_size(plan.dtype)
+    row_bytes = math.prod(plan.shape[1:]) * width
+    bands: list[tuple[int, _Span]] = []
+    descriptors: dict[str, int] = {}
+    try:
+        for piece in plan.pieces:
+            fd = descriptors.get(piece.file)
+            if fd is None:
+                fd = descriptors[piece.file] = os.open(directory / piece.file, os.O_RDONLY)
+            raw = locate_tensor(fd, piece.offset, piece.length)
+            n = len(piece.fixed)
+            inner = piece.chunk_sizes[n:]
+            if (
+                raw is None
+                or raw.dtype != dtype
+                or math.prod(raw.shape) != math.prod(piece.chunk_sizes)
+            ):
+                return None
+            if not plan.shape or tuple(inner[1:]) != tuple(plan.shape[1:]):
+                if len(plan.pieces) != 1 or tuple(inner) != plan.shape:
+                    return None
+            skip = 0  # elements of the chunk before the layer/expert this tensor takes
+            for axis, index in enumerate(piece.fixed):
+                skip = skip * piece.chunk_sizes[axis] + index - piece.chunk_offsets[axis]
+            skip *= math.prod(inner)
+            start_row = (piece.chunk_offsets[n] + piece.row_shift) if inner else 0
+            length = math.prod(inner) * width
+            bands.append((start_row, _Span(piece.file, raw.offset + skip * width, length)))
+    except OSError:
+        return None  # torch's path reports the file and the reason
+    finally:
+        for fd in descriptors.values():
+            os.close(fd)
+    bands.sort(key=lambda band: band[0])
+    row = 0
+    for start_row, span in bands:
+        if start_row != row or (row_bytes and span.length % row_bytes):
+            return None
+        row += span.length // row_bytes if row_bytes else 1
+    if plan.shape and row != plan.shape[0]:
+        return None
+    spans = [span for _, span in bands]
+    return spans if plan.rows is None else _first_bytes(spans, plan.rows * row_bytes)
+
+
+def _first_bytes(spans: list[_Span], total: int) -> list[_Span]:
+    out: list[_Span] = []
+    for span in spans:
+        if total <= 0:
+            break
+        out.append(_Span(span.file, span.offset, min(span.length, total)))
+        total -= out[-1].length
+    return out
+
+
+def _stream_spans(directory: Path, spans: list[_Span], chunk_bytes: int) -> Iterator[bytes]:
+    """The spans' bytes, joined, in chunks of exactly ``chunk_bytes`` (the last may be short)."""
+    step = max(1, chunk_bytes)
+    pending = bytearray()
+    for span in spans:
+        path = directory / span.file
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise InputError(path, e.strerror or str(e)) from e
+        try:
+            position, end = span.offset, span.offset + span.length
+            while position < end:
+                want = min(step - len(pending), end - position)
+                try:
+                    data = os.pread(fd, want, position)
+                except OSError as e:
+                    raise InputError(path, e.strerror or str(e)) from e
+                if len(data) != want:
+                    raise InputError(path, f"file ended inside a tensor chunk at byte {position}")
+                position += want
+                if not pending and want == step:
+                    yield data
+                    continue
+                pending += data
+                if len(pending) == step:
+                    yield bytes(pending)
+                    pending.clear()
+        finally:
+            os.close(fd)
+    if pending:
+        yield bytes(pending)
 
 
 def _region(piece: _Piece) -> tuple[slice, ...]:
