@@ -161,3 +161,29 @@ def test_inspect_and_safetensors_diff_import_no_heavy_modules(args: list[str]) -
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "0 []"
+
+
+@pytest.mark.parametrize(("fixture", "code"), [("mimo", 0), ("count_too_high", 1)])
+def test_a_reader_that_leaves_early_gets_no_traceback(
+    tmp_path: Path, fixture: str, code: int
+) -> None:
+    """``mtpcheck inspect ... | head``: the pipe closes before the report is written."""
+    target = FIXTURES / "mimo"
+    if fixture == "count_too_high":  # a checkpoint with findings keeps its exit code
+        target = tmp_path / "mimo"
+        target.mkdir()
+        for f in (FIXTURES / "mimo").iterdir():
+            (target / f.name).write_bytes(f.read_bytes())
+        config = json.loads((target / "config.json").read_text())
+        config["num_nextn_predict_layers"] = 2
+        (target / "config.json").write_text(json.dumps(config))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mtpcheck", "inspect", str(target), "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has even started: every write fails
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == code
+    assert stderr == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -78,7 +79,10 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     """Run ``build`` and map its outcome to the documented exit codes."""
     try:
         report = build()
-        _emit(report, opts)
+        try:
+            _emit(report, opts)
+        except BrokenPipeError:  # `mtpcheck ... | head`: the reader left; the verdict stands
+            _stdout_gone()
     except MtpcheckError as e:
         if opts.debug:
             traceback.print_exc()
@@ -103,6 +107,13 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
         )
         return ExitCode.INTERNAL
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def make_options(
