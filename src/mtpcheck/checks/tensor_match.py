@@ -270,12 +270,13 @@ def _parallel(
 
 def _regular(chunks: Iterator[Any], size: int) -> Iterator[Any]:
     """``chunks`` re-cut to exactly ``size`` bytes each (the last may be shorter), so the two
-    sides line up whatever a reader yields; chunks already of that size pass through."""
+    sides line up whatever a reader yields; bytes chunks of that size pass through."""
     size = max(1, size)
     pending = bytearray()
     for chunk in chunks:
         if not pending and len(chunk) == size:
-            yield chunk
+            # bytes compare with memcmp; a memoryview compares element by element, 10x slower
+            yield chunk if isinstance(chunk, (bytes, bytearray)) else bytes(chunk)
             continue
         pending += chunk
         while len(pending) >= size:

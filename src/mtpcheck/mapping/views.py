@@ -35,15 +35,18 @@ def load_array(ckpt: Checkpoint, name: str, chunk_bytes: int = 1 << 24) -> np.nd
     for chunk in ckpt.read_chunks(name, chunk_bytes):
         buf[pos : pos + len(chunk)] = chunk
         pos += len(chunk)
-    return np.frombuffer(bytes(buf), dtype=_UINT[width]).reshape(meta.shape)
+    array = np.frombuffer(buf, dtype=_UINT[width]).reshape(meta.shape)
+    array.flags.writeable = False  # the source's bits: transforms copy, never write
+    return array
 
 
-def _yield_bytes(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
-    raw = np.ascontiguousarray(array).tobytes()
+def _yield_bytes(array: np.ndarray, chunk_bytes: int) -> Iterator[memoryview]:
+    """The array's bytes in C order, as views of it (no copy when it is contiguous)."""
+    raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
     for start in range(0, len(raw), chunk_bytes):
         yield raw[start : start + chunk_bytes]
-    if not raw:
-        yield b""
+    if not len(raw):
+        yield memoryview(b"")
 
 
 def _same_dtype(metas: list[TensorMeta], what: str) -> str:
