@@ -1,6 +1,7 @@
 """Dependencies point one way.
 
-cli -> pipeline -> (checks, convert) -> mapping -> (families, formats) -> model, errors, dtypes;
+cli -> pipeline -> (checks, convert) -> mapping -> (families, formats) -> model, errors, dtypes,
+chunks;
 cli -> accept -> (families, formats); report sees only the model. Heavy third-party imports
 are confined to the layers listed.
 """
@@ -17,12 +18,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "mtpcheck"
 # layer -> mtpcheck layers it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
+    "chunks": set(),
     "dtypes": set(),
     "errors": set(),
-    "formats": {"model", "errors", "dtypes"},
+    "formats": {"model", "errors", "dtypes", "chunks"},
     "families": {"model", "errors"},
-    "mapping": {"model", "errors", "dtypes", "families"},
-    "checks": {"model", "errors", "dtypes", "families", "mapping"},
+    "mapping": {"model", "errors", "dtypes", "chunks", "families"},
+    "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping"},
     "convert": {"model", "errors", "dtypes", "families", "mapping", "formats"},
     "pipeline": {"model", "errors", "formats", "families", "mapping", "checks", "convert"},
     "report": {"model", "errors", "__init__"},

@@ -22,13 +22,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
 from mtpcheck.model import Checkpoint, TensorComparison, TensorMeta, TensorStatus
 
 if TYPE_CHECKING:
     import numpy as np
 
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
+"""Chunk size of the general path (readers without ``span_reader``)."""
 READ_BYTES = 1024 * 1024
 """Read size of the fast path: two such buffers per thread stay in the CPU cache."""
 SEGMENT_BYTES = 64 * 1024 * 1024
@@ -83,8 +85,8 @@ def compare_many(
                     _compare_spans(results, pending, reader_a, reader_b, read_bytes, threads)
         return results
     for index, ma, _, an, bn in pending:
-        left = _regular(a.read_chunks(an, chunk_bytes), chunk_bytes)
-        right = _regular(b.read_chunks(bn, chunk_bytes), chunk_bytes)
+        left = rechunk(a.read_chunks(an, chunk_bytes), chunk_bytes)
+        right = rechunk(b.read_chunks(bn, chunk_bytes), chunk_bytes)
         results[index] = _compare_bytes(results[index], ma, left, right)
     return results
 
@@ -266,24 +268,6 @@ def _parallel(
             t.join()
     if errors:
         raise errors[0]
-
-
-def _regular(chunks: Iterator[Any], size: int) -> Iterator[Any]:
-    """``chunks`` re-cut to exactly ``size`` bytes each (the last may be shorter), so the two
-    sides line up whatever a reader yields; bytes chunks of that size pass through."""
-    size = max(1, size)
-    pending = bytearray()
-    for chunk in chunks:
-        if not pending and len(chunk) == size:
-            # bytes compare with memcmp; a memoryview compares element by element, 10x slower
-            yield chunk if isinstance(chunk, (bytes, bytearray)) else bytes(chunk)
-            continue
-        pending += chunk
-        while len(pending) >= size:
-            yield bytes(pending[:size])
-            del pending[:size]
-    if pending:
-        yield bytes(pending)
 
 
 def _compare_bytes(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
 from mtpcheck.mapping import transforms as tf
@@ -128,6 +129,9 @@ class MappedCheckpoint:
             m = self.plan.by_megatron()[name]
             if m.kind is Kind.COPY:
                 return self.source.read_chunks(m.hf[0], chunk_bytes)
+            if m.kind is Kind.CONCAT_ROWS:  # the parts' bytes one after the other: streamed
+                parts_bytes = (c for h in m.hf for c in self.source.read_chunks(h, chunk_bytes))
+                return rechunk(parts_bytes, chunk_bytes)
             parts = [load_array(self.source, h) for h in m.hf]
             return _yield_bytes(forward(m, parts), chunk_bytes)
         copy_of = dict(self.plan.copies)
