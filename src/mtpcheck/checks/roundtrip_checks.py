@@ -1,10 +1,15 @@
-"""Checks of an HF -> Megatron -> HF round trip, naming the stage where MTP was lost."""
+"""Checks of an HF -> Megatron -> HF round trip, naming the stage where MTP was lost.
+
+Tensors are compared through ``compare`` (the tensor matcher, or its sharded form under
+torchrun: ``mtpcheck.pipeline.distributed``), one call per stage.
+"""
 
 from __future__ import annotations
 
 from mtpcheck.checks.config_diff import config_check
+from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe
-from mtpcheck.checks.tensor_match import compare
+from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import analyse, summarise
 from mtpcheck.mapping import MappedCheckpoint, as_megatron
 from mtpcheck.model import (
@@ -26,7 +31,7 @@ def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
 
 
 def stage1_checks(
-    source: Checkpoint, megatron: Checkpoint
+    source: Checkpoint, megatron: Checkpoint, compare: Compare = compare_many
 ) -> tuple[tuple[CheckResult, ...], dict[str, TensorComparison], MappedCheckpoint]:
     """Compare the Megatron output with what a correct conversion of ``source`` holds."""
     expected = as_megatron(source)
@@ -42,7 +47,7 @@ def stage1_checks(
             f"{STAGE1}: Megatron declares {d_got} ({got.declared.source}), the source {d_want}",
         )
     scope = sorted(want.scope(expected.tensors) | got.scope(megatron.tensors))
-    results = {n: compare(expected, n, megatron, n) for n in scope}
+    results = dict(zip(scope, compare(expected, megatron, [(n, n) for n in scope]), strict=True))
     findings = [
         Finding(
             name,
@@ -73,6 +78,7 @@ def stage2_checks(
     stage1: dict[str, TensorComparison],
     expected: MappedCheckpoint,
     all_tensors: bool,
+    compare: Compare = compare_many,
 ) -> tuple[tuple[CheckResult, ...], tuple[TensorComparison, ...]]:
     """Compare the final HF checkpoint with the source; blame each loss on a stage."""
     a = analyse(source.config, source.tensors, source.config_path)
@@ -81,7 +87,7 @@ def stage2_checks(
         names = set(source.tensors) | set(final.tensors)
     else:
         names = set(a.scope(source.tensors)) | set(b.scope(final.tensors))
-    comparisons = tuple(compare(source, n, final, n) for n in sorted(names))
+    comparisons = tuple(compare(source, final, [(n, n) for n in sorted(names)]))
     to_megatron = expected.plan.by_hf()
     findings = []
     for c in comparisons:

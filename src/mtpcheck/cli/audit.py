@@ -1,4 +1,4 @@
-"""``inspect`` and ``diff`` (with torchrun sharding of ``diff``)."""
+"""``inspect`` and ``diff``, and the torchrun plumbing ``diff`` and ``roundtrip`` share."""
 
 from __future__ import annotations
 
@@ -67,12 +67,12 @@ def diff(
         return diff_report(left, open_checkpoint(b, trust_pickle), all_tensors=all_tensors)
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
-    if _under_torchrun():
+    if under_torchrun():
         raise SystemExit(_diff_across_ranks(a, b, all_tensors, opts))
     raise SystemExit(execute("diff", build, opts))
 
 
-def _under_torchrun() -> bool:
+def under_torchrun() -> bool:
     """``WORLD_SIZE`` > 1: started by torchrun (see benchmarks/README.md, cluster scale)."""
     try:
         return int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -80,15 +80,27 @@ def _under_torchrun() -> bool:
         return False
 
 
+def across_ranks(
+    command: str, opts: OutputOptions, run: Callable[[Callable[[Callable[[], Report]], int]], int]
+) -> int:
+    """``run`` one rank of a torchrun job with rank 0's ``execute``; its common exit code."""
+
+    def on_rank0(build: Callable[[], Report]) -> int:
+        return execute(command, build, opts)
+
+    try:
+        return run(on_rank0)
+    except Exception as e:  # the process group itself failed (rendezvous, timeout)
+        click.echo(f"mtpcheck: error: torch.distributed: {type(e).__name__}: {e}", err=True)
+        return ExitCode.INTERNAL
+
+
 def _diff_across_ranks(a: Path, b: Path, all_tensors: bool, opts: OutputOptions) -> int:
     """The tensor list split across ranks (torch.distributed, gloo); rank 0 reports."""
     from mtpcheck.pipeline.distributed import diff_across_ranks
 
-    def on_rank0(build: Callable[[], Report]) -> int:
-        return execute("diff", build, opts)
-
-    try:
-        return diff_across_ranks(a, b, all_tensors, opts.trust_pickle, on_rank0)
-    except Exception as e:  # the process group itself failed (rendezvous, timeout)
-        click.echo(f"mtpcheck: error: torch.distributed: {type(e).__name__}: {e}", err=True)
-        return ExitCode.INTERNAL
+    return across_ranks(
+        "diff",
+        opts,
+        lambda on_rank0: diff_across_ranks(a, b, all_tensors, opts.trust_pickle, on_rank0),
+    )

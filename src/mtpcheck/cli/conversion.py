@@ -1,13 +1,18 @@
-"""``roundtrip`` and the built-in ``convert`` commands."""
+"""``roundtrip`` (sharded under torchrun like ``diff``) and the built-in ``convert`` commands."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from mtpcheck.cli.app import cli, execute, make_options, output_options, run_action
+from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
+from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.model import Report
+
+if TYPE_CHECKING:
+    from mtpcheck.pipeline.roundtrip import RoundtripOptions
 
 
 @cli.command()
@@ -26,7 +31,8 @@ from mtpcheck.model import Report
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Where temporary checkpoints go (default: the system temp dir).",
+    help="Where temporary checkpoints go (default: the system temp dir). Under torchrun "
+    "across nodes it must be on a file system every node sees.",
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary checkpoints and say where.")
 @click.option("--timeout", type=float, metavar="SECONDS", help="Time limit per converter command.")
@@ -67,24 +73,42 @@ def roundtrip(
             except ValueError as e:
                 raise click.BadParameter(str(e), param_hint=option) from e
 
-    def build() -> Report:
-        from mtpcheck.pipeline.roundtrip import RoundtripOptions, run_roundtrip
+    from mtpcheck.pipeline.roundtrip import RoundtripOptions
 
-        options = RoundtripOptions(
-            source=path,
-            to_megatron=to_megatron,
-            to_hf=to_hf,
-            workdir=workdir,
-            keep=keep,
-            timeout=timeout,
-            all_tensors=all_tensors,
-            synthetic=synthetic,
-            trust_pickle=trust_pickle,
-        )
-        return run_roundtrip(options, log=lambda line: click.echo(f"mtpcheck: {line}", err=True))
+    options = RoundtripOptions(
+        source=path,
+        to_megatron=to_megatron,
+        to_hf=to_hf,
+        workdir=workdir,
+        keep=keep,
+        timeout=timeout,
+        all_tensors=all_tensors,
+        synthetic=synthetic,
+        trust_pickle=trust_pickle,
+    )
+
+    def build() -> Report:
+        from mtpcheck.pipeline.roundtrip import run_roundtrip
+
+        return run_roundtrip(options, log=_log)
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    if under_torchrun():
+        raise SystemExit(_roundtrip_across_ranks(options, opts))
     raise SystemExit(execute("roundtrip", build, opts))
+
+
+def _log(line: str) -> None:
+    click.echo(f"mtpcheck: {line}", err=True)
+
+
+def _roundtrip_across_ranks(options: RoundtripOptions, opts: OutputOptions) -> int:
+    """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
+    from mtpcheck.pipeline.distributed import roundtrip_across_ranks
+
+    return across_ranks(
+        "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, _log, on_rank0)
+    )
 
 
 @cli.group()

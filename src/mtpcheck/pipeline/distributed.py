@@ -1,4 +1,5 @@
-"""``torchrun --nproc-per-node N -m mtpcheck diff A B``: the tensor list shared across ranks.
+"""``torchrun --nproc-per-node N -m mtpcheck diff A B`` (or ``roundtrip SRC``): the tensor
+list shared across ranks.
 
 When ``WORLD_SIZE`` > 1 (torchrun, or srun + torchrun on a cluster), every rank opens both
 checkpoints (headers only) and works out the same sorted tensor list; the list is split by
@@ -8,6 +9,12 @@ Every rank then holds the full list in the single-process order, so the report, 
 and the exit code are those of a single-process run. Rank 0 alone writes the report; the other
 ranks print nothing to stdout, and every rank exits with rank 0's exit code.
 
+``roundtrip``: rank 0 alone runs both conversion stages in its work directory, before it joins
+the process group (the built-in converter needs a one-rank group of its own), while the others
+wait for it at the rendezvous; it then broadcasts what the stages left, every rank opens those
+checkpoints and the comparisons of both stages are split as above. The work directory must be
+on a file system every rank sees; rank 0 removes it once every rank is done (unless ``--keep``).
+
 torch is imported only here, and this module only when ``WORLD_SIZE`` > 1.
 """
 
@@ -16,9 +23,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +36,35 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import ConfigError, ExitCode, HeaderError, InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
+from mtpcheck.pipeline.roundtrip import (
+    Conversions,
+    RoundtripOptions,
+    check,
+    convert,
+    make_workdir,
+    open_outputs,
+    release_workdir,
+    sigterm_as_interrupt,
+)
 
 TIMEOUT_ENV = "MTPCHECK_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 4 * 3600
 """How long a rank waits for the others at a collective (a large share takes a while)."""
+
+_TORCHRUN_ENV = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+}
+"""What torchrun sets for its workers (besides ``TORCHELASTIC_*``)."""
 
 _INPUT_ERRORS: dict[str, type[InputError]] = {
     c.__name__: c for c in (InputError, HeaderError, ConfigError)
@@ -121,9 +155,13 @@ class _Ranks:
             raise failures[0].rebuild()
 
     def broadcast(self, value: int) -> int:
+        return int(self.share(value))
+
+    def share(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank."""
         box = [value]
         self.dist.broadcast_object_list(box, src=0)
-        return int(box[0])
+        return box[0]
 
 
 def _sharded_compare(ranks: _Ranks) -> Callable[..., list[TensorComparison]]:
@@ -162,6 +200,18 @@ def _quiet(build: Callable[[], Report]) -> int:
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
+def _exit_together(ranks: _Ranks, code: int) -> int:
+    """Rank 0's exit code on every rank, once every rank is done."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # torchrun stops the other ranks (SIGTERM) as soon as one exits non-zero: the work is
+    # done, so let every rank finish its exit with the common code instead
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    code = ranks.broadcast(int(code))
+    ranks.dist.barrier()  # no rank exits before every rank ignores SIGTERM
+    return code
+
+
 def diff_across_ranks(
     a: Path,
     b: Path,
@@ -189,13 +239,102 @@ def diff_across_ranks(
             return diff_report(*opened, all_tensors=all_tensors, compare=_sharded_compare(ranks))
 
         code = execute(build) if ranks.rank == 0 else _quiet(build)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # torchrun stops the other ranks (SIGTERM) as soon as one exits non-zero: the work is
-        # done, so let every rank finish its exit with the common code instead
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        code = ranks.broadcast(int(code))
-        ranks.dist.barrier()  # no rank exits before every rank ignores SIGTERM
-        return code
+        return _exit_together(ranks, code)
     finally:
         ranks.close()
+
+
+def _env_rank() -> int:
+    """This process's rank, known before the process group exists."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        raise RuntimeError("RANK is not set: start the ranks with torchrun") from None
+
+
+@contextmanager
+def _single_process_env() -> Iterator[None]:
+    """Without torchrun's variables, as a single-process run: a converter that uses
+    torch.distributed must not try to join this job's rendezvous."""
+    saved = {
+        k: v for k, v in os.environ.items() if k in _TORCHRUN_ENV or k.startswith("TORCHELASTIC_")
+    }
+    for key in saved:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _convert_alone(
+    opts: RoundtripOptions, log: Callable[[str], None]
+) -> tuple[Path | None, Conversions | None, BaseException | None]:
+    """Rank 0's conversion stages: the work directory (``None`` once released), what the
+    stages left, or the exception to report once the ranks meet."""
+    work: Path | None = None
+    try:
+        work = make_workdir(opts)
+        with sigterm_as_interrupt(), _single_process_env():
+            return work, convert(opts, work, log), None
+    except BaseException as e:  # every rank must learn it at the rendezvous
+        if work is not None:  # nothing left to read
+            release_workdir(opts, work, log)
+        return None, None, e
+
+
+def _shared_paths_hint(rank: int, e: BaseException) -> BaseException:
+    if rank == 0 or not isinstance(e, InputError):
+        return e
+    return type(e)(
+        e.path,
+        f"{e.reason} (on rank {rank}: every rank must see the same paths; "
+        "put --workdir on a file system all nodes share)",
+    )
+
+
+def _check_across(
+    ranks: _Ranks,
+    failure: BaseException | None,
+    conversions: Conversions | None,
+    opts: RoundtripOptions,
+) -> Report:
+    """Every rank: rank 0's outcome of the conversions, then the checks, compared in shares."""
+    ranks.settle(failure)  # rank 0's failure, if any, raised on every rank
+    shared: Conversions = ranks.share(conversions)
+    opened = None
+    unopened: BaseException | None = None
+    try:
+        opened = open_outputs(shared, opts.trust_pickle)
+    except BaseException as e:  # every rank must reach the collective below
+        unopened = _shared_paths_hint(ranks.rank, e)
+    ranks.settle(unopened)
+    assert opened is not None
+    return check(shared, opened, opts.all_tensors, _sharded_compare(ranks))
+
+
+def roundtrip_across_ranks(
+    opts: RoundtripOptions,
+    log: Callable[[str], None],
+    execute: Callable[[Callable[[], Report]], int],
+) -> int:
+    """Run ``mtpcheck roundtrip`` as one rank of ``WORLD_SIZE``; returns rank 0's exit code.
+
+    Rank 0 converts before it joins the process group; the others wait for it there (up to
+    ``MTPCHECK_DIST_TIMEOUT``). ``execute`` as in :func:`diff_across_ranks`.
+    """
+    work, conversions, failure = None, None, None
+    if _env_rank() == 0:
+        work, conversions, failure = _convert_alone(opts, log)
+    ranks: _Ranks | None = None
+    try:
+        with sigterm_as_interrupt():  # until the end, a SIGTERM still removes the work directory
+            ranks = _Ranks()
+            build = partial(_check_across, ranks, failure, conversions, opts)
+            code = execute(build) if ranks.rank == 0 else _quiet(build)
+        return _exit_together(ranks, code)
+    finally:
+        if ranks is not None:
+            ranks.close()
+        if work is not None:  # every rank has passed the final barrier, or failed
+            release_workdir(opts, work, log)

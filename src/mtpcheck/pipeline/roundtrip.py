@@ -1,4 +1,9 @@
-"""``mtpcheck roundtrip``: HF -> Megatron -> HF through checkpoints on disk, then checks."""
+"""``mtpcheck roundtrip``: HF -> Megatron -> HF through checkpoints on disk, then checks.
+
+Two phases: ``convert`` runs both conversion stages (no tensor compared), ``check`` opens what
+they wrote (headers only) and compares. Under torchrun rank 0 alone converts and every rank
+checks its share of the tensors (``mtpcheck.pipeline.distributed``).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
@@ -19,10 +25,12 @@ from mtpcheck.checks.roundtrip_checks import (
     stage2_checks,
     summary_of,
 )
+from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
+from mtpcheck.pipeline.memory import release_free_memory
 
 DISK_MARGIN = 1.1
 
@@ -43,7 +51,7 @@ class RoundtripOptions:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """CI cancels jobs with SIGTERM: treat it like Ctrl-C so temporary files go."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -85,40 +93,94 @@ def _builtin(action: Callable[[], None], dst: Path) -> CommandResult:
         action()
     except MtpcheckError as e:
         return CommandResult(False, f"failed: {e}", "", time.monotonic() - start)
+    finally:
+        release_free_memory()  # what the converter freed, before the next stage allocates
     seconds = time.monotonic() - start
     return CommandResult(
         True, f"built-in converter wrote {dst.name}/ in {seconds:.1f} s", "", seconds
     )
 
 
-def _open_output(
-    path: Path, stage: str, trust_pickle: bool
-) -> tuple[Checkpoint | None, CheckResult | None]:
+def _unreadable(stage: str, error: str) -> CheckResult:
+    finding = Finding(stage, Status.FAIL, f"converter output is unreadable: {error}")
+    return CheckResult("output", f"{stage}: output readable", (finding,))
+
+
+def _try_open(path: Path, trust_pickle: bool) -> tuple[Checkpoint | None, str | None]:
+    """The opened checkpoint, or why it cannot be opened."""
     try:
         return open_checkpoint(path, trust_pickle), None
     except InputError as e:
-        finding = Finding(stage, Status.FAIL, f"converter output is unreadable: {e}")
-        return None, CheckResult("output", f"{stage}: output readable", (finding,))
+        return None, str(e)
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One conversion stage as it ran (picklable: rank 0 broadcasts it under torchrun)."""
+
+    result: CommandResult
+    output: Path
+    unreadable: str | None = None
+    """Why the output of a successful run cannot be opened."""
+
+    @property
+    def readable(self) -> bool:
+        return self.result.ok and self.unreadable is None
+
+
+@dataclass(frozen=True)
+class Conversions:
+    """What the conversion stages left in the work directory for the checks."""
+
+    source: Path
+    """The checkpoint converted (the synthetic one, with ``--synthetic``)."""
+    stage1: StageRun
+    stage2: StageRun | None
+    """``None``: not run, stage 1 left nothing readable."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The checkpoints the checks read: each output only where its stage left it readable."""
+
+    source: Checkpoint
+    megatron: Checkpoint | None
+    final: Checkpoint | None
+
+
+def make_workdir(opts: RoundtripOptions) -> Path:
+    """A fresh folder under ``--workdir`` (default: the system temp dir)."""
+    root = opts.workdir or Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="mtpcheck-roundtrip-", dir=root))
+
+
+def release_workdir(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> None:
+    """Remove the work directory, or say where it is kept (``--keep``)."""
+    if opts.keep:
+        log(f"kept the round trip's checkpoints in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
     """Run both stages in a temporary directory that is always removed unless ``keep``."""
-    root = opts.workdir or Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="mtpcheck-roundtrip-", dir=root))
+    work = make_workdir(opts)
     try:
-        with _sigterm_as_interrupt():
-            report = _run(opts, work, log)
+        with sigterm_as_interrupt():
+            conversions = convert(opts, work, log)
+            opened = open_outputs(conversions, opts.trust_pickle)
+            report = check(conversions, opened, opts.all_tensors)
     finally:
-        if opts.keep:
-            log(f"kept the round trip's checkpoints in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        release_workdir(opts, work, log)
     return report
 
 
-def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Report:
+def convert(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Conversions:
+    """Run both conversion stages into ``work``; stage 2 only if stage 1 wrote something
+    readable. No tensor is compared here."""
     from mtpcheck.convert import builtin
+    from mtpcheck.mapping import as_megatron
 
     if opts.synthetic:
         from mtpcheck.convert.synthetic import build_synthetic
@@ -133,44 +195,67 @@ def _run(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Repo
     megatron_dir = work / "megatron"
     log(f"{STAGE1}: converting into {megatron_dir}")
     if opts.to_megatron:
-        stage1 = run_command(opts.to_megatron, source_path, megatron_dir, opts.timeout)
+        result = run_command(opts.to_megatron, source_path, megatron_dir, opts.timeout)
     else:
         # intermediates are read back and deleted: no fsync (like cp, they may never hit disk)
-        stage1 = _builtin(
+        result = _builtin(
             lambda: builtin.hf_to_megatron(source, megatron_dir, durable=False), megatron_dir
         )
-    checks: list[CheckResult] = [_stage("stage1-convert", "Stage 1: converter", stage1, STAGE1)]
-    inputs = [summary_of(source)]
-    if not stage1.ok:
-        return Report("roundtrip", tuple(inputs), tuple(checks))
-    megatron, unreadable = _open_output(megatron_dir, STAGE1, opts.trust_pickle)
+    megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
+    stage1 = StageRun(result, megatron_dir, unreadable)
     if megatron is None:
-        assert unreadable is not None
-        return Report("roundtrip", tuple(inputs), (*checks, unreadable))
-    inputs.append(summary_of(megatron))
-    first, stage1_results, expected = stage1_checks(source, megatron)
-    checks += first
+        return Conversions(source_path, stage1, None)
 
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
     if opts.to_hf:
-        stage2 = run_command(opts.to_hf, megatron_dir, final_dir, opts.timeout)
+        result = run_command(opts.to_hf, megatron_dir, final_dir, opts.timeout)
     else:
-        copies = any(c in source.tensors for c, _ in expected.plan.copies)
-        stage2 = _builtin(
+        copies = any(c in source.tensors for c, _ in as_megatron(source).plan.copies)
+        result = _builtin(
             lambda: builtin.megatron_to_hf(
                 megatron, final_dir, dict(source.config), copies, durable=False
             ),
             final_dir,
         )
-    checks.append(_stage("stage2-convert", "Stage 2: converter", stage2, STAGE2))
-    if not stage2.ok:
+    unreadable = _try_open(final_dir, opts.trust_pickle)[1] if result.ok else None
+    return Conversions(source_path, stage1, StageRun(result, final_dir, unreadable))
+
+
+def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
+    """Open (headers only) the source and every output its stage left readable."""
+
+    def output(run: StageRun | None) -> Checkpoint | None:
+        return open_checkpoint(run.output, trust_pickle) if run and run.readable else None
+
+    source = open_checkpoint(conversions.source)
+    return Opened(source, output(conversions.stage1), output(conversions.stage2))
+
+
+def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[CheckResult]:
+    checks = [_stage(name, title, run.result, stage)]
+    if run.result.ok and run.unreadable is not None:
+        checks.append(_unreadable(stage, run.unreadable))
+    return checks
+
+
+def check(
+    conversions: Conversions, opened: Opened, all_tensors: bool, compare: Compare = compare_many
+) -> Report:
+    """The report on the converted checkpoints; ``compare`` compares the tensors of each stage
+    (one call per stage)."""
+    checks = _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
+    inputs = [summary_of(opened.source)]
+    if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
-    final, unreadable = _open_output(final_dir, STAGE2, opts.trust_pickle)
-    if final is None:
-        assert unreadable is not None
-        return Report("roundtrip", tuple(inputs), (*checks, unreadable))
-    inputs.append(summary_of(final))
-    second, comparisons = stage2_checks(source, final, stage1_results, expected, opts.all_tensors)
-    checks += second
-    return Report("roundtrip", tuple(inputs), tuple(checks), comparisons)
+    inputs.append(summary_of(opened.megatron))
+    first, stage1_results, expected = stage1_checks(opened.source, opened.megatron, compare)
+    checks += first
+    checks += _stage_checks(conversions.stage2, "stage2-convert", "Stage 2: converter", STAGE2)
+    if opened.final is None:
+        return Report("roundtrip", tuple(inputs), tuple(checks))
+    inputs.append(summary_of(opened.final))
+    second, comparisons = stage2_checks(
+        opened.source, opened.final, stage1_results, expected, all_tensors, compare
+    )
+    return Report("roundtrip", tuple(inputs), (*checks, *second), comparisons)
