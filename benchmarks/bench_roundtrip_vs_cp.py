@@ -90,7 +90,8 @@ def main() -> int:
             return m
 
         def cp_twice_synced() -> Measured:
-            # what the round trip does: its converters fsync what they write
+            # context: the same copies made durable (the round trip does not fsync its
+            # intermediates; `mtpcheck convert` does)
             scratch.mkdir()
             script = (
                 f'cp -r "{src}" "{scratch}/1" && cp -r "{src}" "{scratch}/2" && '

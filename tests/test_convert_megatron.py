@@ -96,3 +96,47 @@ def test_destination_must_be_empty(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="destination exists and is not empty"):
         hf_to_megatron(open_checkpoint(FIXTURES / "mimo"), dst)
     assert (dst / "keep.txt").read_text() == "mine"
+
+
+def test_megatron_to_hf_copies_in_the_kernel_and_without_it_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain copies and fc1's gate/up halves go file to file (``copy_file_range``); where the
+    call is refused, reading and writing gives the same files."""
+    import errno
+    import os
+
+    from mtpcheck.convert.builtin import megatron_to_hf
+    from mtpcheck.formats.config_json import read_config
+
+    hf = open_checkpoint(FIXTURES / "mimo")
+    hf_to_megatron(hf, tmp_path / "megatron")
+    megatron = open_checkpoint(tmp_path / "megatron")
+    config = read_config(FIXTURES / "mimo" / "config.json")
+
+    copied: list[int] = []
+    real = os.copy_file_range
+
+    def counting(src: int, dst: int, count: int, offset_src: int | None = None) -> int:
+        copied.append(count)
+        return real(src, dst, count, offset_src)
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    fast = megatron_to_hf(megatron, tmp_path / "fast", config)
+
+    def refused(*args: object) -> int:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    slow = megatron_to_hf(megatron, tmp_path / "slow", config)
+
+    assert [p.name for p in fast] == [p.name for p in slow]
+    for a, b in zip(fast, slow, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    fc1_halves = [n for n in hf.tensors if n.endswith(("gate_proj.weight", "up_proj.weight"))]
+    total = sum(m.nbytes for m in hf.tensors.values())
+    in_kernel = sum(copied)
+    computed = [n for n in hf.tensors if n.endswith(("q_proj.weight", "k_proj.weight"))]
+    assert fc1_halves and in_kernel >= sum(hf.tensors[n].nbytes for n in fc1_halves)
+    assert in_kernel <= total - sum(hf.tensors[n].nbytes for n in computed)
+    assert open_checkpoint(tmp_path / "fast").tensors.keys() == hf.tensors.keys()

@@ -13,6 +13,17 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
+class ByteSpan:
+    """``length`` bytes at ``offset`` of ``file``: a tensor's bytes lie in one or more, in C
+    order (checkpoints that know this offer ``byte_spans(name)``; writers copy them in the
+    kernel)."""
+
+    file: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
 class TensorMeta:
     """Where one tensor lives on disk, as its file header declares it."""
 

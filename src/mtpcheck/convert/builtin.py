@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
-from mtpcheck.model import Checkpoint
+from mtpcheck.model import ByteSpan, Checkpoint
 
 WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
 """Registry families written with another family's megatron-core layout (same architecture)."""
@@ -256,6 +257,20 @@ class _SplitOnce:
         self._copy_of = dict(view.plan.copies)
         self._pieces: tuple[str | None, list[Any]] = (None, [])
 
+    def byte_spans(self, name: str) -> list[ByteSpan] | None:
+        """Where a tensor lies in the Megatron files when it is a plain copy or one row block
+        of a ``[gate; up]`` fc1 (None otherwise: it is computed)."""
+        name = self._copy_of.get(name, name)
+        m = self._to_megatron[name]
+        source_spans = getattr(self.view.source, "byte_spans", None)
+        if m.kind not in (Kind.COPY, Kind.CONCAT_ROWS) or not callable(source_spans):
+            return None
+        spans = source_spans(m.megatron)
+        if spans is None or m.kind is Kind.COPY:
+            return spans
+        size = self.tensors[name].nbytes  # the row blocks are equal, in the order of m.hf
+        return _slice_spans(spans, m.hf.index(name) * size, size)
+
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[Any]:
         import numpy as np
 
@@ -272,6 +287,43 @@ class _SplitOnce:
         return (raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes))
 
 
+def _slice_spans(spans: list[ByteSpan], start: int, length: int) -> list[ByteSpan]:
+    """Bytes ``start .. start + length`` of the concatenation of ``spans``."""
+    out: list[ByteSpan] = []
+    for span in spans:
+        if length <= 0:
+            break
+        if start >= span.length:
+            start -= span.length
+            continue
+        take = min(span.length - start, length)
+        out.append(ByteSpan(span.file, span.offset + start, take))
+        start, length = 0, length - take
+    return out
+
+
+def _read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
+    """Read ``spans`` one after the other straight into ``out``; returns the bytes read."""
+    pos = 0
+    for span in spans:
+        try:
+            fd = os.open(span.file, os.O_RDONLY)
+        except OSError as e:
+            raise InputError(span.file, e.strerror or str(e)) from e
+        try:
+            end = pos + span.length
+            while pos < end:
+                n = os.preadv(fd, [out[pos:end]], span.offset + span.length - (end - pos))
+                if n == 0:
+                    raise InputError(span.file, "file ended inside a tensor chunk")
+                pos += n
+        except OSError as e:
+            raise InputError(span.file, e.strerror or str(e)) from e
+        finally:
+            os.close(fd)
+    return pos
+
+
 def _load(ckpt: Checkpoint, name: str) -> Any:
     """A tensor's bits as unsigned ints of its element width, read into one buffer."""
     import numpy as np
@@ -281,10 +333,15 @@ def _load(ckpt: Checkpoint, name: str) -> Any:
     if width is None:
         return load_array(ckpt, name)  # refuses sub-byte dtypes with the usual message
     out = np.empty(meta.nbytes, dtype=np.uint8)
-    pos = 0
-    for chunk in ckpt.read_chunks(name, 1 << 24):
-        out[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
-        pos += len(chunk)
+    byte_spans = getattr(ckpt, "byte_spans", None)
+    spans = byte_spans(name) if callable(byte_spans) else None
+    if spans is not None and sum(s.length for s in spans) == meta.nbytes:
+        pos = _read_spans_into(spans, memoryview(out))
+    else:
+        pos = 0
+        for chunk in ckpt.read_chunks(name, 1 << 24):
+            out[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+            pos += len(chunk)
     if pos != meta.nbytes:
         raise InputError(ckpt.path, f"{name}: read {pos} bytes, expected {meta.nbytes}")
     return out.view(f"<u{width}").reshape(meta.shape)

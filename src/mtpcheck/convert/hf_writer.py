@@ -2,7 +2,9 @@
 
 Headers are computed from tensor metadata first, so each shard is written front to back
 while tensor bytes stream through in bounded chunks: peak memory is one tensor's worth at
-most (less for tensors that are plain copies), never the checkpoint.
+most (less for tensors that are plain copies), never the checkpoint. Tensors whose bytes lie
+in files as they are (the checkpoint's ``byte_spans(name)``) are copied file to file inside
+the kernel.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.model import Checkpoint, TensorMeta
+from mtpcheck.errors import InputError
+from mtpcheck.model import ByteSpan, Checkpoint, TensorMeta
 
 DEFAULT_SHARD_BYTES = 4 * 1024**3
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -30,6 +33,33 @@ def _plan_shards(metas: list[TensorMeta], shard_bytes: int) -> list[list[TensorM
         shards[-1].append(meta)
         size += meta.nbytes
     return shards
+
+
+def _copy_span(span: ByteSpan, dst_fd: int) -> int:
+    """Append ``span``'s bytes to ``dst_fd``, copied inside the kernel where it can
+    (``copy_file_range``, as ``cp`` does: no trip through user space), else read and written
+    in bounded chunks. Returns the bytes copied."""
+    with open(span.file, "rb") as src:
+        done = 0
+        while done < span.length:
+            count = min(span.length - done, 1 << 30)
+            try:
+                n = os.copy_file_range(src.fileno(), dst_fd, count, span.offset + done)
+            except (AttributeError, OSError):  # no such call, or not across these files
+                n = _copy_by_reading(src.fileno(), dst_fd, span.offset + done, count)
+            if n == 0:
+                where = span.offset + done
+                raise InputError(span.file, f"file ended inside a tensor at byte {where}")
+            done += n
+    return done
+
+
+def _copy_by_reading(src_fd: int, dst_fd: int, offset: int, count: int) -> int:
+    data = os.pread(src_fd, min(count, CHUNK_BYTES), offset)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(dst_fd, view) :]
+    return len(data)
 
 
 def _header(metas: list[TensorMeta]) -> bytes:
@@ -59,6 +89,8 @@ def write_hf(
     Each shard is ``fsync``ed unless ``durable=False`` (a checkpoint read back and deleted).
     """
     dst.mkdir(parents=True, exist_ok=True)
+    byte_spans = getattr(ckpt, "byte_spans", None)
+    byte_spans = byte_spans if callable(byte_spans) else None
     metas = [ckpt.tensors[n] for n in sorted(names if names is not None else ckpt.tensors)]
     shards = _plan_shards(metas, shard_bytes)
     total = len(shards)
@@ -74,10 +106,16 @@ def write_hf(
             f.write(struct.pack("<Q", len(blob)))
             f.write(blob)
             for meta in shard:
-                written = 0
-                for chunk in ckpt.read_chunks(meta.name, CHUNK_BYTES):
-                    f.write(chunk)
-                    written += len(chunk)
+                spans = byte_spans(meta.name) if byte_spans is not None else None
+                if spans is not None and sum(s.length for s in spans) == meta.nbytes:
+                    f.flush()
+                    written = sum(_copy_span(span, f.fileno()) for span in spans)
+                    f.seek(0, os.SEEK_END)
+                else:
+                    written = 0
+                    for chunk in ckpt.read_chunks(meta.name, CHUNK_BYTES):
+                        f.write(chunk)
+                        written += len(chunk)
                 if written != meta.nbytes:
                     raise ValueError(
                         f"{meta.name}: produced {written} bytes, expected {meta.nbytes}"

@@ -20,7 +20,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
-from mtpcheck.model import IntegrityIssue, TensorMeta
+from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
 
 INDEX_SUFFIX = ".safetensors.index.json"
 
@@ -38,6 +38,10 @@ class HfCheckpoint:
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
+
+    def byte_spans(self, name: str) -> list[ByteSpan] | None:
+        meta = self.tensors[name]
+        return [ByteSpan(meta.file, meta.offset, meta.nbytes)] if meta.readable else None
 
     def span_reader(self) -> SpanReader:
         """Positioned reads at ``tensors[name]``'s file and offset (the tensor matcher's fast

@@ -62,7 +62,7 @@ from mtpcheck.formats.megatron_common import (
 )
 from mtpcheck.formats.safe_pickle import load_raw_pickle, load_tensor_blob, load_torch_file
 from mtpcheck.formats.torch_save_record import locate_tensor
-from mtpcheck.model import IntegrityIssue, TensorMeta
+from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
 
 FORMAT = "megatron-torch-dist"
 _SNIFFED_FILES = (".metadata", "metadata.json", "common.pt")
@@ -105,6 +105,16 @@ class MegatronDistCheckpoint:
     directory: str
     plans: Mapping[str, _Plan] = field(repr=False)
     format: str = FORMAT
+
+    def byte_spans(self, name: str) -> list[ByteSpan] | None:
+        """The tensor's bytes as ranges of the data files; None when torch must assemble it."""
+        if not self.tensors[name].readable:
+            return None
+        directory = Path(self.directory)
+        spans = _row_band_spans(directory, self.plans[name])
+        if spans is None:
+            return None
+        return [ByteSpan(str(directory / s.file), s.offset, s.length) for s in spans]
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         meta = self.tensors[name]
