@@ -80,12 +80,18 @@ def run_measured(
 
 
 def alternate(
-    runners: dict[str, Callable[[], Measured]], repeats: int, warmup: int = 1
+    runners: dict[str, Callable[[], Measured]],
+    repeats: int,
+    warmup: int = 1,
+    before_each: Callable[[], None] | None = None,
 ) -> dict[str, list[Measured]]:
-    """Run every runner in turn, ``repeats`` rounds (after ``warmup`` untimed rounds)."""
+    """Run every runner in turn, ``repeats`` rounds (after ``warmup`` untimed rounds);
+    ``before_each`` (untimed) runs before every runner."""
     results: dict[str, list[Measured]] = {name: [] for name in runners}
     for round_ in range(warmup + repeats):
         for name, runner in runners.items():
+            if before_each is not None:
+                before_each()
             m = runner()
             if round_ >= warmup:
                 results[name].append(m)
