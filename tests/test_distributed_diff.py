@@ -8,11 +8,9 @@ the tensor matcher must give the same comparisons as the plain chunk-by-chunk re
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -24,44 +22,16 @@ from mtpcheck.checks import tensor_match
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.pipeline.distributed import split_by_bytes
 from tests.conftest import FIXTURES, flip_bit, write_safetensors
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+from tests.launch import child_env, torchrun
 
 
 def _single(*args: str | Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "mtpcheck", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=60)
+    return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=60)
 
 
 def _torchrun(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(_free_port()),
-        "-m",
-        "mtpcheck",
-        *map(str, args),
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
+    return torchrun(*args, timeout=120)
 
 
 def _flipped_pair(tmp_path: Path) -> tuple[Path, Path]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -34,34 +32,18 @@ from mtpcheck.pipeline.roundtrip import (
     open_outputs,
 )
 from tests.conftest import FIXTURES, Run
+from tests.launch import torchrun
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="torch (torch.distributed) not installed"
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 DAMAGING = f"{sys.executable} {Path(__file__).parent / 'converters' / 'damaging.py'}"
 TORCHRUN_VARS = ("RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_PORT=", "TORCHELASTIC_")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def _torchrun(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
-    cmd += ["-m", "mtpcheck", "roundtrip", *map(str, args), "--format", "json"]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=180)
+    return torchrun("roundtrip", *args, "--format", "json", timeout=180)
 
 
 def _normalised(stdout: str) -> Any:
