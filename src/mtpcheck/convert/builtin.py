@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import mmap
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
+from mtpcheck.formats.chunked_read import read_spans_into
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
@@ -302,28 +302,6 @@ def _slice_spans(spans: list[ByteSpan], start: int, length: int) -> list[ByteSpa
     return out
 
 
-def _read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
-    """Read ``spans`` one after the other straight into ``out``; returns the bytes read."""
-    pos = 0
-    for span in spans:
-        try:
-            fd = os.open(span.file, os.O_RDONLY)
-        except OSError as e:
-            raise InputError(span.file, e.strerror or str(e)) from e
-        try:
-            end = pos + span.length
-            while pos < end:
-                n = os.preadv(fd, [out[pos:end]], span.offset + span.length - (end - pos))
-                if n == 0:
-                    raise InputError(span.file, "file ended inside a tensor chunk")
-                pos += n
-        except OSError as e:
-            raise InputError(span.file, e.strerror or str(e)) from e
-        finally:
-            os.close(fd)
-    return pos
-
-
 def _load(ckpt: Checkpoint, name: str) -> Any:
     """A tensor's bits as unsigned ints of its element width, read into one buffer."""
     import numpy as np
@@ -336,7 +314,7 @@ def _load(ckpt: Checkpoint, name: str) -> Any:
     byte_spans = getattr(ckpt, "byte_spans", None)
     spans = byte_spans(name) if callable(byte_spans) else None
     if spans is not None and sum(s.length for s in spans) == meta.nbytes:
-        pos = _read_spans_into(spans, memoryview(out))
+        pos = read_spans_into(spans, memoryview(out))
     else:
         pos = 0
         for chunk in ckpt.read_chunks(name, 1 << 24):

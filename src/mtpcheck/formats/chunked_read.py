@@ -6,37 +6,88 @@ import errno
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from mtpcheck.errors import InputError
-from mtpcheck.model import TensorMeta
+from mtpcheck.model import ByteSpan, TensorMeta
 
 _SEEK_DATA = getattr(os, "SEEK_DATA", None)
 _SEEK_HOLE = getattr(os, "SEEK_HOLE", None)
 
 
 def read_tensor_chunks(meta: TensorMeta, chunk_bytes: int) -> Iterator[bytes]:
-    """Yield ``meta``'s bytes from its file in order, at most ``chunk_bytes`` at a time."""
+    """Yield ``meta``'s bytes from its file in order, ``chunk_bytes`` at a time."""
     if not meta.readable:
         raise InputError(meta.file, f"tensor {meta.name!r} lies past the end of the file")
+    span = ByteSpan(meta.file, meta.offset, meta.nbytes)
+    yield from read_spans(
+        [span], chunk_bytes, f"file ended while reading tensor {meta.name!r} (truncated?)"
+    )
+
+
+def read_spans(
+    spans: list[ByteSpan], chunk_bytes: int, truncated: str = "file ended inside a tensor"
+) -> Iterator[bytes]:
+    """Yield the bytes of ``spans``, one after the other, in chunks of exactly ``chunk_bytes``
+    (the last may be shorter); a chunk that straddles two spans is joined."""
+    step = max(1, chunk_bytes)
+    pending = bytearray()
+    for span in spans:
+        with _opened(span.file) as fd:
+            position, end = span.offset, span.offset + span.length
+            while position < end:
+                want = min(step - len(pending), end - position)
+                data = _pread(fd, span.file, want, position, truncated)
+                position += want
+                if not pending and want == step:
+                    yield data
+                    continue
+                pending += data
+                if len(pending) == step:
+                    yield bytes(pending)
+                    pending.clear()
+    if pending:
+        yield bytes(pending)
+
+
+def read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
+    """Read ``spans`` one after the other straight into ``out``; returns the bytes read."""
+    pos = 0
+    for span in spans:
+        with _opened(span.file) as fd:
+            done = 0
+            while done < span.length:
+                try:
+                    n = os.preadv(fd, [out[pos + done : pos + span.length]], span.offset + done)
+                except OSError as e:
+                    raise InputError(span.file, e.strerror or str(e)) from e
+                if n == 0:
+                    raise InputError(span.file, "file ended inside a tensor")
+                done += n
+        pos += span.length
+    return pos
+
+
+@contextmanager
+def _opened(path: str) -> Iterator[int]:
     try:
-        fd = os.open(meta.file, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError as e:
-        raise InputError(meta.file, e.strerror or str(e)) from e
+        raise InputError(path, e.strerror or str(e)) from e
     try:
-        done = 0
-        while done < meta.nbytes:
-            want = min(chunk_bytes, meta.nbytes - done)
-            chunk = os.pread(fd, want, meta.offset + done)
-            if len(chunk) != want:
-                raise InputError(
-                    meta.file, f"file ended while reading tensor {meta.name!r} (truncated?)"
-                )
-            done += want
-            yield chunk
-    except OSError as e:
-        raise InputError(meta.file, e.strerror or str(e)) from e
+        yield fd
     finally:
         os.close(fd)
+
+
+def _pread(fd: int, path: str, want: int, offset: int, truncated: str) -> bytes:
+    try:
+        data = os.pread(fd, want, offset)
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    if len(data) != want:
+        raise InputError(path, truncated)
+    return data
 
 
 class SpanReader:

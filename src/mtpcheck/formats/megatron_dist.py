@@ -42,6 +42,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from mtpcheck.errors import InputError
+from mtpcheck.formats.chunked_read import read_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MODEL_TYPE,
@@ -120,12 +121,12 @@ class MegatronDistCheckpoint:
         meta = self.tensors[name]
         if not meta.readable:
             raise InputError(meta.file, f"tensor {name!r} has chunks past the end of the file")
-        directory = Path(self.directory)
-        spans = _row_band_spans(directory, self.plans[name])
+        spans = self.byte_spans(name)
         if spans is None:
+            directory = Path(self.directory)
             yield from tensor_chunks(_assemble(directory, self.plans[name]), chunk_bytes)
         else:
-            yield from _stream_spans(directory, spans, chunk_bytes)
+            yield from read_spans(spans, chunk_bytes, "file ended inside a tensor chunk")
 
 
 class MegatronDistReader:
@@ -597,40 +598,6 @@ def _first_bytes(spans: list[_Span], total: int) -> list[_Span]:
         out.append(_Span(span.file, span.offset, min(span.length, total)))
         total -= out[-1].length
     return out
-
-
-def _stream_spans(directory: Path, spans: list[_Span], chunk_bytes: int) -> Iterator[bytes]:
-    """The spans' bytes, joined, in chunks of exactly ``chunk_bytes`` (the last may be short)."""
-    step = max(1, chunk_bytes)
-    pending = bytearray()
-    for span in spans:
-        path = directory / span.file
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as e:
-            raise InputError(path, e.strerror or str(e)) from e
-        try:
-            position, end = span.offset, span.offset + span.length
-            while position < end:
-                want = min(step - len(pending), end - position)
-                try:
-                    data = os.pread(fd, want, position)
-                except OSError as e:
-                    raise InputError(path, e.strerror or str(e)) from e
-                if len(data) != want:
-                    raise InputError(path, f"file ended inside a tensor chunk at byte {position}")
-                position += want
-                if not pending and want == step:
-                    yield data
-                    continue
-                pending += data
-                if len(pending) == step:
-                    yield bytes(pending)
-                    pending.clear()
-        finally:
-            os.close(fd)
-    if pending:
-        yield bytes(pending)
 
 
 def _region(piece: _Piece) -> tuple[slice, ...]:
