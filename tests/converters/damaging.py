@@ -79,6 +79,8 @@ def main() -> None:
         print("loading shards...\nKeyError: 'mtp.layers.0.eh_proj.weight'", file=sys.stderr)
         sys.exit(3)
     elif mode == "hang":
+        dst.mkdir(parents=True, exist_ok=True)
+        (dst / "started").touch()  # tests wait for this before interrupting
         time.sleep(60)
     elif mode == "nothing":
         pass
