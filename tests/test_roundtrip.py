@@ -236,6 +236,9 @@ def test_sigint_removes_temporary_checkpoints(tmp_path: Path) -> None:
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # a background job of a non-interactive shell inherits SIGINT ignored; the user's ^C
+        # is what this test is about
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
