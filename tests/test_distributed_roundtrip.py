@@ -131,7 +131,8 @@ class _ThreadRanks(distributed._Ranks):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[RoundtripOptions, Conversions]:
     opts = RoundtripOptions(FIXTURES / "mimo", all_tensors=True)
-    return opts, convert(opts, tmp_path_factory.mktemp("work"), lambda line: None)
+    conversions, _ = convert(opts, tmp_path_factory.mktemp("work"), lambda line: None)
+    return opts, conversions
 
 
 def test_each_rank_compares_only_its_share(

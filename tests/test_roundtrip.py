@@ -283,3 +283,21 @@ def test_intermediates_skip_fsync_but_conversions_do_not(
     assert {Path(p).name for p in synced if p.endswith(".safetensors")} == {
         p.name for p in back.glob("*.safetensors")
     }
+
+
+def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
+    """Opening a Megatron checkpoint unpickles its metadata: the round trip does it once."""
+    from mtpcheck.pipeline import roundtrip
+
+    opened: list[str] = []
+    real_open = roundtrip.open_checkpoint
+
+    def counting(path: Path, *args: Any) -> Any:
+        opened.append(Path(path).name)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(roundtrip, "open_checkpoint", counting)
+    opts = roundtrip.RoundtripOptions(FIXTURES / "mimo", workdir=tmp_path)
+    report = roundtrip.run_roundtrip(opts, lambda line: None)
+    assert report.ok
+    assert opened == ["mimo", "megatron", "hf"]

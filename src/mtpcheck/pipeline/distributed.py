@@ -38,6 +38,7 @@ from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
 from mtpcheck.pipeline.roundtrip import (
     Conversions,
+    Opened,
     RoundtripOptions,
     check,
     convert,
@@ -269,9 +270,10 @@ def _single_process_env() -> Iterator[None]:
 
 def _convert_alone(
     opts: RoundtripOptions, log: Callable[[str], None]
-) -> tuple[Path | None, Conversions | None, BaseException | None]:
+) -> tuple[Path | None, tuple[Conversions, Opened] | None, BaseException | None]:
     """Rank 0's conversion stages: the work directory (``None`` once released), what the
-    stages left, or the exception to report once the ranks meet."""
+    stages left and the checkpoints opened on the way, or the exception to report once the
+    ranks meet."""
     work: Path | None = None
     try:
         work = make_workdir(opts)
@@ -298,14 +300,16 @@ def _check_across(
     failure: BaseException | None,
     conversions: Conversions | None,
     opts: RoundtripOptions,
+    opened: Opened | None = None,
 ) -> Report:
-    """Every rank: rank 0's outcome of the conversions, then the checks, compared in shares."""
+    """Every rank: rank 0's outcome of the conversions, then the checks, compared in shares.
+    ``opened``: the checkpoints rank 0 already opened while converting."""
     ranks.settle(failure)  # rank 0's failure, if any, raised on every rank
     shared: Conversions = ranks.share(conversions)
-    opened = None
     unopened: BaseException | None = None
     try:
-        opened = open_outputs(shared, opts.trust_pickle)
+        if opened is None:
+            opened = open_outputs(shared, opts.trust_pickle)
     except BaseException as e:  # every rank must reach the collective below
         unopened = _shared_paths_hint(ranks.rank, e)
     ranks.settle(unopened)
@@ -323,14 +327,15 @@ def roundtrip_across_ranks(
     Rank 0 converts before it joins the process group; the others wait for it there (up to
     ``MTPCHECK_DIST_TIMEOUT``). ``execute`` as in :func:`diff_across_ranks`.
     """
-    work, conversions, failure = None, None, None
+    work, converted, failure = None, None, None
     if _env_rank() == 0:
-        work, conversions, failure = _convert_alone(opts, log)
+        work, converted, failure = _convert_alone(opts, log)
+    conversions, opened = converted or (None, None)
     ranks: _Ranks | None = None
     try:
         with sigterm_as_interrupt():  # until the end, a SIGTERM still removes the work directory
             ranks = _Ranks()
-            build = partial(_check_across, ranks, failure, conversions, opts)
+            build = partial(_check_across, ranks, failure, conversions, opts, opened)
             code = execute(build) if ranks.rank == 0 else _quiet(build)
         return _exit_together(ranks, code)
     finally:

@@ -168,17 +168,19 @@ def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
     work = make_workdir(opts)
     try:
         with sigterm_as_interrupt():
-            conversions = convert(opts, work, log)
-            opened = open_outputs(conversions, opts.trust_pickle)
+            conversions, opened = convert(opts, work, log)
             report = check(conversions, opened, opts.all_tensors)
     finally:
         release_workdir(opts, work, log)
     return report
 
 
-def convert(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> Conversions:
+def convert(
+    opts: RoundtripOptions, work: Path, log: Callable[[str], None]
+) -> tuple[Conversions, Opened]:
     """Run both conversion stages into ``work``; stage 2 only if stage 1 wrote something
-    readable. No tensor is compared here."""
+    readable. No tensor is compared here. Also returns the checkpoints it opened on the way
+    (other ranks open them again with :func:`open_outputs`)."""
     from mtpcheck.convert import builtin
     from mtpcheck.mapping import as_megatron
 
@@ -204,7 +206,7 @@ def convert(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> C
     megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
     stage1 = StageRun(result, megatron_dir, unreadable)
     if megatron is None:
-        return Conversions(source_path, stage1, None)
+        return Conversions(source_path, stage1, None), Opened(source, None, None)
 
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
@@ -218,8 +220,9 @@ def convert(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> C
             ),
             final_dir,
         )
-    unreadable = _try_open(final_dir, opts.trust_pickle)[1] if result.ok else None
-    return Conversions(source_path, stage1, StageRun(result, final_dir, unreadable))
+    final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
+    stage2 = StageRun(result, final_dir, unreadable)
+    return Conversions(source_path, stage1, stage2), Opened(source, megatron, final)
 
 
 def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
