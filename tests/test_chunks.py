@@ -23,3 +23,18 @@ def test_regular_bytes_pass_through_uncopied_and_views_become_bytes() -> None:
     assert out[0] is chunk
     assert type(out[1]) is bytes and out[1] == view.tobytes()
     assert list(rechunk([], 8)) == []
+
+
+def test_slice_of_spans_crosses_span_boundaries() -> None:
+    from mtpcheck.formats.chunked_read import slice_spans
+    from mtpcheck.model import ByteSpan
+
+    spans = [ByteSpan("a", 100, 10), ByteSpan("b", 0, 5), ByteSpan("c", 40, 20)]
+    assert slice_spans(spans, 8, 9) == [
+        ByteSpan("a", 108, 2),
+        ByteSpan("b", 0, 5),
+        ByteSpan("c", 40, 2),
+    ]
+    assert slice_spans(spans, 0, 35) == spans
+    assert slice_spans(spans, 15, 20) == [ByteSpan("c", 40, 20)]
+    assert slice_spans(spans, 12, 0) == []

@@ -9,7 +9,7 @@ from typing import Any
 
 from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
-from mtpcheck.formats.chunked_read import read_spans_into
+from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
@@ -269,7 +269,7 @@ class _SplitOnce:
         if spans is None or m.kind is Kind.COPY:
             return spans
         size = self.tensors[name].nbytes  # the row blocks are equal, in the order of m.hf
-        return _slice_spans(spans, m.hf.index(name) * size, size)
+        return slice_spans(spans, m.hf.index(name) * size, size)
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[Any]:
         import numpy as np
@@ -285,21 +285,6 @@ class _SplitOnce:
         piece = self._pieces[1][m.hf.index(name)]
         raw = memoryview(piece.reshape(-1).view(np.uint8))
         return (raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes))
-
-
-def _slice_spans(spans: list[ByteSpan], start: int, length: int) -> list[ByteSpan]:
-    """Bytes ``start .. start + length`` of the concatenation of ``spans``."""
-    out: list[ByteSpan] = []
-    for span in spans:
-        if length <= 0:
-            break
-        if start >= span.length:
-            start -= span.length
-            continue
-        take = min(span.length - start, length)
-        out.append(ByteSpan(span.file, span.offset + start, take))
-        start, length = 0, length - take
-    return out
 
 
 def _load(ckpt: Checkpoint, name: str) -> Any:

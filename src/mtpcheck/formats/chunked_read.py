@@ -50,6 +50,21 @@ def read_spans(
         yield bytes(pending)
 
 
+def slice_spans(spans: list[ByteSpan], start: int, length: int) -> list[ByteSpan]:
+    """Bytes ``start .. start + length`` of the concatenation of ``spans``."""
+    out: list[ByteSpan] = []
+    for span in spans:
+        if length <= 0:
+            break
+        if start >= span.length:
+            start -= span.length
+            continue
+        take = min(span.length - start, length)
+        out.append(ByteSpan(span.file, span.offset + start, take))
+        start, length = 0, length - take
+    return out
+
+
 def read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
     """Read ``spans`` one after the other straight into ``out``; returns the bytes read."""
     pos = 0

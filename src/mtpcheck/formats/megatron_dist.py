@@ -42,7 +42,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from mtpcheck.errors import InputError
-from mtpcheck.formats.chunked_read import read_spans
+from mtpcheck.formats.chunked_read import read_spans, slice_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MODEL_TYPE,
@@ -111,11 +111,7 @@ class MegatronDistCheckpoint:
         """The tensor's bytes as ranges of the data files; None when torch must assemble it."""
         if not self.tensors[name].readable:
             return None
-        directory = Path(self.directory)
-        spans = _row_band_spans(directory, self.plans[name])
-        if spans is None:
-            return None
-        return [ByteSpan(str(directory / s.file), s.offset, s.length) for s in spans]
+        return _row_band_spans(Path(self.directory), self.plans[name])
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         meta = self.tensors[name]
@@ -533,21 +529,14 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
     return out if plan.rows is None else out[: plan.rows]
 
 
-@dataclass(frozen=True)
-class _Span:
-    file: str
-    offset: int
-    length: int
-
-
-def _row_band_spans(directory: Path, plan: _Plan) -> list[_Span] | None:
+def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
     """The tensor's bytes as byte ranges of the data files, in C order; None unless every
     piece is a plain tensor record of the plan's dtype whose part of the tensor is whole rows,
     the pieces tiling the rows exactly (then torch assembles it)."""
     dtype = safetensors_dtype(plan.dtype)
     width = element_size(plan.dtype)
     row_bytes = math.prod(plan.shape[1:]) * width
-    bands: list[tuple[int, _Span]] = []
+    bands: list[tuple[int, ByteSpan]] = []
     descriptors: dict[str, int] = {}
     try:
         for piece in plan.pieces:
@@ -572,7 +561,8 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[_Span] | None:
             skip *= math.prod(inner)
             start_row = (piece.chunk_offsets[n] + piece.row_shift) if inner else 0
             length = math.prod(inner) * width
-            bands.append((start_row, _Span(piece.file, raw.offset + skip * width, length)))
+            span = ByteSpan(str(directory / piece.file), raw.offset + skip * width, length)
+            bands.append((start_row, span))
     except OSError:
         return None  # torch's path reports the file and the reason
     finally:
@@ -587,17 +577,7 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[_Span] | None:
     if plan.shape and row != plan.shape[0]:
         return None
     spans = [span for _, span in bands]
-    return spans if plan.rows is None else _first_bytes(spans, plan.rows * row_bytes)
-
-
-def _first_bytes(spans: list[_Span], total: int) -> list[_Span]:
-    out: list[_Span] = []
-    for span in spans:
-        if total <= 0:
-            break
-        out.append(_Span(span.file, span.offset, min(span.length, total)))
-        total -= out[-1].length
-    return out
+    return spans if plan.rows is None else slice_spans(spans, 0, plan.rows * row_bytes)
 
 
 def _region(piece: _Piece) -> tuple[slice, ...]:
