@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from mtpcheck.chunks import rechunk
 from mtpcheck.errors import InputError
 from mtpcheck.model import ByteSpan, TensorMeta
 
@@ -30,24 +31,15 @@ def read_spans(
 ) -> Iterator[bytes]:
     """Yield the bytes of ``spans``, one after the other, in chunks of exactly ``chunk_bytes``
     (the last may be shorter); a chunk that straddles two spans is joined."""
-    step = max(1, chunk_bytes)
-    pending = bytearray()
+    return rechunk(_span_reads(spans, max(1, chunk_bytes), truncated), chunk_bytes)
+
+
+def _span_reads(spans: list[ByteSpan], step: int, truncated: str) -> Iterator[bytes]:
     for span in spans:
         with _opened(span.file) as fd:
-            position, end = span.offset, span.offset + span.length
-            while position < end:
-                want = min(step - len(pending), end - position)
-                data = _pread(fd, span.file, want, position, truncated)
-                position += want
-                if not pending and want == step:
-                    yield data
-                    continue
-                pending += data
-                if len(pending) == step:
-                    yield bytes(pending)
-                    pending.clear()
-    if pending:
-        yield bytes(pending)
+            for offset in range(span.offset, span.offset + span.length, step):
+                want = min(step, span.offset + span.length - offset)
+                yield _pread(fd, span.file, want, offset, truncated)
 
 
 def slice_spans(spans: list[ByteSpan], start: int, length: int) -> list[ByteSpan]:
