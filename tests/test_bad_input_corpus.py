@@ -577,12 +577,6 @@ CASES = [
         r"num_nextn_predict_layers is True; expected",
     ),
     Case(
-        "config-count-null",
-        _fixture("mimo", _config(None)),
-        2,
-        r"num_nextn_predict_layers is None; expected",
-    ),
-    Case(
         "config-count-negative",
         _fixture("mimo", _config(-1)),
         2,

@@ -187,3 +187,22 @@ def test_a_reader_that_leaves_early_gets_no_traceback(
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == code
     assert stderr == ""
+
+
+def test_stderr_carries_only_mtpcheck_lines_unless_debug(tmp_path: Path) -> None:
+    """megatron-core warns about Transformer Engine and Apex on import; that is library noise,
+    shown with ``--debug`` only."""
+
+    def convert(*extra: str) -> subprocess.CompletedProcess[str]:
+        dst = tmp_path / f"out{len(extra)}"
+        args = ["convert", "hf-to-megatron", str(FIXTURES / "mimo"), str(dst), *extra]
+        return subprocess.run(
+            [sys.executable, "-m", "mtpcheck", *args], capture_output=True, text=True
+        )
+
+    quiet = convert()
+    assert quiet.returncode == 0, quiet.stderr
+    assert all(line.startswith("mtpcheck: ") for line in quiet.stderr.splitlines()), quiet.stderr
+    loud = convert("--debug")
+    assert loud.returncode == 0, loud.stderr
+    assert "Transformer Engine and Apex are not installed" in loud.stderr

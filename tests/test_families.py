@@ -116,10 +116,28 @@ def test_declared_layers_without_weights_are_listed_empty() -> None:
     assert a.complete_layers == 0
 
 
-@pytest.mark.parametrize("value", [-1, "1", 1.0, True, None])
+@pytest.mark.parametrize("value", [-1, "1", 1.0, True])
 def test_count_of_wrong_type_or_negative_is_a_config_error(value: object) -> None:
     with pytest.raises(ConfigError, match=r"cfg\.json: num_nextn_predict_layers is .* expected"):
         analyse({**CONFIG, "num_nextn_predict_layers": value}, {}, "cfg.json")
+
+
+def test_null_count_declares_no_mtp_layer() -> None:
+    """Megatron-Bridge writes ``mtp_num_layers: null`` when MTP is off: a statement about the
+    checkpoint (0 layers), not unreadable input."""
+    a = analyse({**CONFIG, "num_nextn_predict_layers": None}, _deepseek(4), "cfg.json")
+    assert (a.declared.value, a.declared.source, a.declared.from_key) == (
+        0,
+        "num_nextn_predict_layers: null",
+        True,
+    )
+    megatron = analyse({"model_type": "megatron", "mtp_num_layers": None}, {})
+    assert (megatron.declared.value, megatron.declared.source) == (0, "mtp_num_layers: null")
+
+
+def test_null_hidden_layer_count_is_still_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"cfg\.json: num_hidden_layers is None; expected"):
+        analyse({**CONFIG, "num_hidden_layers": None}, {}, "cfg.json")
 
 
 def test_count_under_text_config_is_found() -> None:

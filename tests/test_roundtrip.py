@@ -40,6 +40,8 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
     assert run.exit_code == 0, run
     report = _report(run)
     assert _statuses(report) == {
+        "source-mtp-count": "pass",
+        "source-mtp-layers": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "pass",
         "stage1-tensors": "pass",

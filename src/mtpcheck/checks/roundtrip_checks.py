@@ -9,6 +9,7 @@ from __future__ import annotations
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe
+from mtpcheck.checks.inspect_checks import count_check, layers_check
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import analyse, summarise
 from mtpcheck.mapping import MappedCheckpoint, as_megatron
@@ -28,6 +29,18 @@ STAGE2 = "stage 2 (Megatron -> HF)"
 
 def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
     return summarise(ckpt, analyse(ckpt.config, ckpt.tensors, ckpt.config_path))
+
+
+def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
+    """The source must hold the MTP layers it declares, complete, before anything is converted:
+    a checkpoint that already lost them would otherwise round-trip "bit for bit" with only the
+    embedding and head in scope."""
+    analysis = analyse(source.config, source.tensors, source.config_path)
+    count, layers = count_check(analysis), layers_check(analysis)
+    return (
+        CheckResult("source-mtp-count", "Source: declared vs present MTP layers", count.findings),
+        CheckResult("source-mtp-layers", "Source: MTP layer completeness", layers.findings),
+    )
 
 
 def stage1_checks(

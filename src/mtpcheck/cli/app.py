@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from mtpcheck import __version__
+from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.errors import ExitCode, InputError, MtpcheckError
 from mtpcheck.model import Report
 
@@ -156,6 +157,9 @@ def run_action(action: Callable[[], None], debug: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if not wants_debug(args):
+        silence_libraries()
     try:
         cli.main(args=argv, prog_name="mtpcheck", standalone_mode=False)
     except SystemExit as e:

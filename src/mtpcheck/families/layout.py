@@ -93,13 +93,20 @@ def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:
 
 
 def _count_at(
-    config: Mapping[str, Any], key: str, config_path: str | None
+    config: Mapping[str, Any], key: str, config_path: str | None, null_is_zero: bool = False
 ) -> tuple[int, str] | None:
-    """A non-negative integer at ``key`` (or ``text_config.key``) and where it was found."""
+    """A non-negative integer at ``key`` (or ``text_config.key``) and where it was found.
+
+    With ``null_is_zero`` an explicit null counts as 0: Megatron-Bridge writes
+    ``mtp_num_layers: null`` when its model provider has MTP turned off, which is a
+    statement about the checkpoint, not unreadable input.
+    """
     for path in (key, f"text_config.{key}"):
         value = lookup(config, path)
         if value is _MISSING:
             continue
+        if value is None and null_is_zero:
+            return 0, f"{path}: null"
         if not _non_negative_int(value):
             raise ConfigError(
                 config_path or "config.json",
@@ -115,7 +122,7 @@ def declared_count(
     """Read the declared MTP count; a value of the wrong type is a :class:`ConfigError`."""
     keys = family.count_keys if family else GENERIC_COUNT_KEYS
     for key in keys:
-        found = _count_at(config, key, config_path)
+        found = _count_at(config, key, config_path, null_is_zero=True)
         if found is not None:
             return DeclaredCount(found[0], found[1], True)
     if not config:

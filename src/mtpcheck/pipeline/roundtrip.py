@@ -21,6 +21,7 @@ from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
+    source_checks,
     stage1_checks,
     stage2_checks,
     summary_of,
@@ -247,7 +248,8 @@ def check(
 ) -> Report:
     """The report on the converted checkpoints; ``compare`` compares the tensors of each stage
     (one call per stage)."""
-    checks = _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
+    checks = [*source_checks(opened.source)]
+    checks += _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
     inputs = [summary_of(opened.source)]
     if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
