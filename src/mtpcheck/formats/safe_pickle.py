@@ -238,14 +238,37 @@ _BUILTINS = frozenset(
 )
 
 
+_DCP_DATA_CLASSES = {
+    "torch.distributed.checkpoint.metadata": _DCP_METADATA_CLASSES,
+    # a save plan kept in ``Metadata.planner_data`` (Megatron-Bridge's saves hold one)
+    "torch.distributed.checkpoint.planner": frozenset(
+        {
+            "SavePlan",
+            "LoadPlan",
+            "WriteItem",
+            "ReadItem",
+            "WriteItemType",
+            "LoadItemType",
+            "TensorWriteData",
+            "BytesIOWriteData",
+        }
+    ),
+    "torch.distributed.checkpoint.filesystem": frozenset(
+        {"_StorageInfo", "_StoragePrefix", "SerializationFormat"}
+    ),
+}
+"""DCP classes a ``.metadata`` pickle may name, per module. Each is a plain dataclass or enum:
+building one only stores fields (no ``__reduce__``, ``__setstate__`` or ``__init__`` with side
+effects), so none of them can be turned into a call of something else. Writers, readers,
+planners and storage extensions of the same modules stay refused."""
+
+
 def _metadata_global(module: str, name: str) -> Callable[..., Any] | None:
     """Resolve an allowlisted global of a DCP ``.metadata`` pickle, or None."""
     if _is_placeholder_module(module):
         return placeholder_for(f"{module}.{name}")
-    if module == "torch.distributed.checkpoint.metadata" and name in _DCP_METADATA_CLASSES:
-        return getattr(importlib.import_module(module), name)
-    if module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo":
-        return getattr(importlib.import_module(module), name)
+    if name in _DCP_DATA_CLASSES.get(module, ()):
+        return getattr(importlib.import_module(module), name, None)
     if module == "torch":
         import torch
 

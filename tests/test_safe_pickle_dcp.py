@@ -1,0 +1,112 @@
+"""The ``.metadata`` allowlist: every data class torch's distributed checkpoint pickles loads;
+callables of the same modules, and anything else, are refused before they run."""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributed.checkpoint.filesystem import FileSystemWriter, _StorageInfo, _StoragePrefix
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    ReadItem,
+    SavePlan,
+    TensorWriteData,
+    WriteItem,
+    WriteItemType,
+)
+
+from mtpcheck.errors import InputError
+from mtpcheck.formats.safe_pickle import load_raw_pickle
+
+
+def _metadata_with_plans() -> Metadata:
+    key = "mtp.layers.0.eh_proj.weight"
+    chunk = ChunkStorageMetadata(offsets=torch.Size([0, 0]), sizes=torch.Size([4, 8]))
+    props = TensorProperties(dtype=torch.bfloat16)
+    index = MetadataIndex(key, torch.Size([0, 0]))
+    write = WriteItem(
+        index=index,
+        type=WriteItemType.SHARD,
+        tensor_data=TensorWriteData(chunk=chunk, properties=props, size=torch.Size([4, 8])),
+    )
+    extra = WriteItem(index=MetadataIndex("common/_extra_state"), type=WriteItemType.BYTE_IO)
+    read = ReadItem(
+        type=LoadItemType.TENSOR,
+        dest_index=index,
+        dest_offsets=torch.Size([0, 0]),
+        storage_index=index,
+        storage_offsets=torch.Size([0, 0]),
+        lengths=torch.Size([4, 8]),
+    )
+    return Metadata(
+        state_dict_metadata={
+            key: TensorStorageMetadata(props, torch.Size([4, 8]), [chunk]),
+            "common/_extra_state": BytesStorageMetadata(),
+        },
+        planner_data={
+            "plans": [SavePlan([write, extra], storage_data=_StoragePrefix("__0_"))],
+            "load": LoadPlan([read]),
+        },
+        storage_data={index: _StorageInfo("__0_0.distcp", 0, 64)},
+        storage_meta=StorageMeta(checkpoint_id=Path("/ckpt"), save_id="s", load_id="l"),
+    )
+
+
+def test_save_and_load_plans_in_metadata_are_read(tmp_path: Path) -> None:
+    path = tmp_path / ".metadata"
+    original = _metadata_with_plans()
+    path.write_bytes(pickle.dumps(original))
+    loaded = load_raw_pickle(path)
+    assert loaded.state_dict_metadata == original.state_dict_metadata
+    assert loaded.storage_data == original.storage_data
+    assert loaded.planner_data == original.planner_data
+    assert loaded.planner_data["plans"][0].items[0].type is WriteItemType.SHARD
+
+
+class _Gadget:
+    """Unpickles into a call of ``target(*args)``."""
+
+    def __init__(self, target: object, *args: object) -> None:
+        self.target, self.args = target, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return self.target, self.args
+
+
+@pytest.mark.parametrize(
+    ("gadget", "refused"),
+    [
+        (
+            _Gadget(FileSystemWriter, "/tmp/written-by-a-pickle"),
+            "torch.distributed.checkpoint.filesystem.FileSystemWriter",
+        ),
+        (_Gadget(torch.save, {}, "/tmp/written-by-a-pickle"), "torch.serialization.save"),
+        (_Gadget(io.open, "/tmp/written-by-a-pickle", "w"), "io.open"),
+    ],
+)
+def test_callables_beside_the_data_classes_are_refused(
+    tmp_path: Path, gadget: _Gadget, refused: str
+) -> None:
+    path = tmp_path / ".metadata"
+    path.write_bytes(pickle.dumps(Metadata({}, planner_data=[gadget])))
+    with pytest.raises(InputError) as e:
+        load_raw_pickle(path)
+    assert str(e.value) == (
+        f"{path}: refusing to unpickle {refused} (not on the allowlist); "
+        "loading this file could run arbitrary code"
+    )
+    assert not Path("/tmp/written-by-a-pickle").exists()
