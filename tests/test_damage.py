@@ -78,6 +78,24 @@ def test_transformers_save_pretrained_drops_mtp_and_keeps_the_count(
     assert missing == mtp and len(mtp) == 32
     assert _failing(_json(diffed), "config") == []
 
+    # A pre-release gate must fail here too: the round trip checks the source before it
+    # converts, although the conversion itself loses nothing more.
+    tripped = run_cli("roundtrip", out, "--workdir", tmp_path, "--format", "json")
+    assert tripped.exit_code == 1, tripped
+    report = _json(tripped)
+    failed = {c["name"] for c in report["checks"] if c["status"] == "fail"}
+    assert failed == {"source-mtp-count", "source-mtp-layers", "final-mtp-count"}
+    assert _failing(report, "source-mtp-count") == [
+        (
+            "mtp-count",
+            "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint "
+            "holds no MTP weights",
+        )
+    ]
+    ((subject, message),) = _failing(report, "source-mtp-layers")
+    assert subject == "mtp layer 0"
+    assert message.startswith("model.layers.2.: 32 of 32 tensors missing: ")
+
 
 def test_one_bit_flip_in_the_projection(fixture_copy: Callable[[str], Path], run_cli) -> None:
     damaged = fixture_copy("deepseek_v3")

@@ -48,6 +48,7 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
         "stage2-convert": "pass",
         "config": "pass",
         "roundtrip-tensors": "pass",
+        "final-mtp-count": "pass",
     }
     assert {t["status"] for t in report["tensors"]} == {"equal"}
     assert len(report["tensors"]) == len(report["inputs"][0]["mtp_layers"][0]["tensors"]) + (

@@ -6,13 +6,15 @@ torchrun: ``mtpcheck.pipeline.distributed``), one call per stage.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe
 from mtpcheck.checks.inspect_checks import count_check, layers_check
 from mtpcheck.checks.tensor_match import compare_many
-from mtpcheck.families import analyse, summarise
-from mtpcheck.mapping import MappedCheckpoint, as_megatron
+from mtpcheck.families import MtpAnalysis, analyse, summarise
+from mtpcheck.mapping import MappedCheckpoint, TensorMapping, as_megatron
 from mtpcheck.model import (
     Checkpoint,
     CheckpointSummary,
@@ -41,6 +43,13 @@ def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
         CheckResult("source-mtp-count", "Source: declared vs present MTP layers", count.findings),
         CheckResult("source-mtp-layers", "Source: MTP layer completeness", layers.findings),
     )
+
+
+def final_count_check(final: Checkpoint) -> CheckResult:
+    """What a serving engine will see: the final config's count against the complete MTP
+    layers the final checkpoint holds (a converter that drops MTP usually keeps the key)."""
+    count = count_check(analyse(final.config, final.tensors, final.config_path))
+    return CheckResult("final-mtp-count", "Final: declared vs present MTP layers", count.findings)
 
 
 def stage1_checks(
@@ -85,6 +94,29 @@ def stage1_checks(
     return checks, results, expected
 
 
+def _layers_dropped_at_stage1(
+    analysis: MtpAnalysis,
+    to_megatron: Mapping[str, TensorMapping],
+    stage1: Mapping[str, TensorComparison],
+) -> frozenset[str]:
+    """Source tensors of MTP layers of which stage 1 wrote nothing at all.
+
+    The Megatron format keeps no copy of the embedding and head per MTP layer, so a converter
+    re-creates them on export; when the whole layer was already gone after stage 1, their
+    absence in the final checkpoint is stage 1's doing too.
+    """
+    dropped: set[str] = set()
+    for layer in analysis.layers:
+        written = [
+            stage1[m.megatron]
+            for n in layer.present
+            if (m := to_megatron.get(n)) is not None and m.megatron in stage1
+        ]
+        if written and all(c.status is TensorStatus.MISSING for c in written):
+            dropped.update(layer.present)
+    return frozenset(dropped)
+
+
 def stage2_checks(
     source: Checkpoint,
     final: Checkpoint,
@@ -102,13 +134,16 @@ def stage2_checks(
         names = set(a.scope(source.tensors)) | set(b.scope(final.tensors))
     comparisons = tuple(compare(source, final, [(n, n) for n in sorted(names)]))
     to_megatron = expected.plan.by_hf()
+    dropped = _layers_dropped_at_stage1(a, to_megatron, stage1)
     findings = []
     for c in comparisons:
         if c.status is TensorStatus.EQUAL:
             continue
         mapping = to_megatron.get(c.name)
         first = stage1.get(mapping.megatron) if mapping else None
-        lost_early = first is not None and first.status is not TensorStatus.EQUAL
+        lost_early = (first is not None and first.status is not TensorStatus.EQUAL) or (
+            mapping is None and c.name in dropped
+        )
         stage = STAGE1 if lost_early else STAGE2
         via = f" (as {mapping.megatron})" if mapping else ""
         findings.append(

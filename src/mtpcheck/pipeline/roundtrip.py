@@ -21,6 +21,7 @@ from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
+    final_count_check,
     source_checks,
     stage1_checks,
     stage2_checks,
@@ -263,4 +264,5 @@ def check(
     second, comparisons = stage2_checks(
         opened.source, opened.final, stage1_results, expected, all_tensors, compare
     )
-    return Report("roundtrip", tuple(inputs), (*checks, *second), comparisons)
+    checks += (*second, final_count_check(opened.final))
+    return Report("roundtrip", tuple(inputs), tuple(checks), comparisons)
