@@ -1,0 +1,201 @@
+"""Checkpoints written by Megatron-Bridge 0.3.1 (``AutoBridge``), not by mtpcheck.
+
+Megatron-Bridge runs on CPU through ``tests/thirdparty/megatron_bridge_convert.py`` (its CUDA and
+Transformer Engine calls shimmed there, never in mtpcheck) as the round trip's converter in both
+directions. What it does to the shipped fixtures, and what each test pins:
+
+* DeepSeek-V3: its 0.3.1 bridge leaves MTP out (``mtp_num_layers: null`` in ``run_config.yaml``),
+  so the whole MTP layer is lost in stage 1 while the exported config still declares it;
+* GLM-4.5: MTP converted, but the router's fp32 ``e_score_correction_bias`` passes through bf16
+  (rounded in stage 1), and the export writes no ``embed_tokens`` / ``shared_head.head`` copies.
+"""
+
+from __future__ import annotations
+
+import json
+import pickletools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from mtpcheck.cli import cli
+from tests.conftest import FIXTURES
+from tests.thirdparty.tools import require, script
+
+BRIDGE = script("megatron_bridge_convert.py")
+STAGE1 = "stage 1 (HF -> Megatron)"
+STAGE2 = "stage 2 (Megatron -> HF)"
+
+
+@dataclass(frozen=True)
+class BridgeRun:
+    exit_code: int
+    report: dict[str, Any]
+    megatron: Path
+    hf: Path
+
+
+def _mtpcheck(*args: str | Path) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(cli, [*map(str, args), "--format", "json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def _bridge_roundtrip(family: str, tmp: pytest.TempPathFactory) -> BridgeRun:
+    """``mtpcheck roundtrip`` with Megatron-Bridge converting both ways; the intermediate
+    checkpoints are kept for the inspect and diff tests."""
+    require("megatron.bridge")
+    source = FIXTURES / family
+    work = tmp.mktemp(f"bridge-{family}")
+    code, report = _mtpcheck(
+        "roundtrip",
+        source,
+        "--keep",
+        "--workdir",
+        work,
+        "--to-megatron",
+        f"{BRIDGE} import {{src}} {{dst}}",
+        "--to-hf",
+        f"{BRIDGE} export {{src}} {{dst}} --hf-reference {source}",
+    )
+    (kept,) = work.iterdir()
+    return BridgeRun(code, report, kept / "megatron", kept / "hf")
+
+
+@pytest.fixture(scope="module")
+def deepseek(tmp_path_factory: pytest.TempPathFactory) -> BridgeRun:
+    return _bridge_roundtrip("deepseek_v3", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def glm(tmp_path_factory: pytest.TempPathFactory) -> BridgeRun:
+    return _bridge_roundtrip("glm4_moe", tmp_path_factory)
+
+
+def _statuses(report: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def _failing(report: dict[str, Any], check: str) -> dict[str, str]:
+    (found,) = [c for c in report["checks"] if c["name"] == check]
+    return {f["subject"]: f["message"] for f in found["findings"] if f["status"] == "fail"}
+
+
+def _mtp_tensors(family: str) -> set[str]:
+    index = FIXTURES / family / "model.safetensors.index.json"
+    if index.is_file():
+        names = json.loads(index.read_text())["weight_map"]
+    else:
+        from safetensors import safe_open
+
+        with safe_open(FIXTURES / family / "model.safetensors", "pt") as f:
+            names = list(f.keys())
+    return {n for n in names if n.startswith("model.layers.2.")}
+
+
+@pytest.mark.parametrize("family", ["deepseek", "glm"])
+def test_bridge_metadata_holds_a_save_plan_and_is_read(
+    request: pytest.FixtureRequest, family: str
+) -> None:
+    """Megatron-Bridge's ``.metadata`` pickles torch DCP's SavePlan: once refused as unsafe."""
+    bridge_run: BridgeRun = request.getfixturevalue(family)
+    metadata = bridge_run.megatron / "iter_0000000" / ".metadata"
+    strings = {
+        arg for _, arg, _ in pickletools.genops(metadata.read_bytes()) if isinstance(arg, str)
+    }
+    assert {"torch.distributed.checkpoint.planner", "SavePlan", "WriteItem"} <= strings
+    code, report = _mtpcheck("inspect", bridge_run.megatron)
+    assert code == 0, report
+    assert report["inputs"][0]["format"] == "megatron-torch-dist"
+
+
+def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: BridgeRun) -> None:
+    assert deepseek.exit_code == 1
+    report = deepseek.report
+    assert _statuses(report) == {
+        "source-mtp-count": "pass",
+        "source-mtp-layers": "pass",
+        "stage1-convert": "pass",
+        "stage1-mtp-count": "fail",
+        "stage1-tensors": "fail",
+        "stage2-convert": "pass",
+        "config": "pass",
+        "roundtrip-tensors": "fail",
+        "final-mtp-count": "fail",
+    }
+    assert _failing(report, "stage1-mtp-count") == {
+        "mtp_num_layers": f"{STAGE1}: Megatron declares 0 (mtp_num_layers: null), the source 1"
+    }
+    stage1 = _failing(report, "stage1-tensors")
+    assert len(stage1) == 25 and all(n.startswith("mtp.layers.0.") for n in stage1)
+    assert all(m.startswith(f"{STAGE1}: missing in Megatron output") for m in stage1.values())
+    final = _failing(report, "roundtrip-tensors")
+    assert set(final) == _mtp_tensors("deepseek_v3") and len(final) == 32
+    assert all(m.startswith(STAGE1) and "missing in final" in m for m in final.values()), final
+    assert _failing(report, "final-mtp-count") == {
+        "mtp-count": "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the "
+        "checkpoint holds no MTP weights"
+    }
+
+
+def test_deepseek_v3_megatron_output_declares_and_holds_no_mtp(deepseek: BridgeRun) -> None:
+    code, report = _mtpcheck("inspect", deepseek.megatron)
+    assert code == 0
+    (count,) = [c for c in report["checks"] if c["name"] == "mtp-count"]
+    assert count["findings"][0]["message"] == (
+        "config declares 0 MTP layers (mtp_num_layers: null); none present"
+    )
+    code, report = _mtpcheck("diff", FIXTURES / "deepseek_v3", deepseek.megatron)
+    assert code == 1
+    assert _failing(report, "config") == {"mtp_num_layers": "1 -> None"}
+    missing = _failing(report, "tensors")
+    assert len(missing) == 25 and all(m.startswith("missing in B") for m in missing.values())
+
+
+def test_glm45_router_bias_rounded_and_copies_not_exported(glm: BridgeRun) -> None:
+    assert glm.exit_code == 1
+    report = glm.report
+    assert _statuses(report) == {
+        "source-mtp-count": "pass",
+        "source-mtp-layers": "pass",
+        "stage1-convert": "pass",
+        "stage1-mtp-count": "pass",
+        "stage1-tensors": "fail",
+        "stage2-convert": "pass",
+        "config": "pass",
+        "roundtrip-tensors": "fail",
+        "final-mtp-count": "pass",  # GLM-4.6 and later store no copies: optional
+    }
+    bias = "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
+    assert _failing(report, "stage1-tensors") == {
+        bias: f"{STAGE1}: bits differ in 4 of 4 elements, first at index [0]; max abs diff "
+        "1.34646e-05 [from model.layers.2.mlp.gate.e_score_correction_bias]"
+    }
+    assert _failing(report, "roundtrip-tensors") == {
+        "model.layers.2.embed_tokens.weight": f"{STAGE2}: missing in final (was BF16[64, 16])",
+        "model.layers.2.shared_head.head.weight": f"{STAGE2}: missing in final (was BF16[64, 16])",
+        "model.layers.2.mlp.gate.e_score_correction_bias": f"{STAGE1} (as {bias}): bits differ "
+        "in 4 of 4 elements, first at index [0]; max abs diff 1.34646e-05",
+    }
+
+
+def test_glm45_megatron_output_inspects_clean_and_diff_names_the_bias(glm: BridgeRun) -> None:
+    code, report = _mtpcheck("inspect", glm.megatron)
+    assert code == 0, report
+    (layer,) = report["inputs"][0]["mtp_layers"]
+    assert layer["complete"] and layer["prefix"] == "mtp.layers.0.transformer_layer."
+    code, report = _mtpcheck("diff", FIXTURES / "glm4_moe", glm.megatron)
+    assert code == 1
+    assert set(_failing(report, "tensors")) == {
+        "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
+    }
+    code, report = _mtpcheck("diff", FIXTURES / "glm4_moe", glm.hf, "--all")
+    assert code == 1
+    # layer 1's bias passes through bf16 too, but the fixture's is all zeros, which survive
+    assert set(_failing(report, "tensors")) == {
+        "model.layers.2.mlp.gate.e_score_correction_bias",
+        "model.layers.2.embed_tokens.weight",
+        "model.layers.2.shared_head.head.weight",
+    }

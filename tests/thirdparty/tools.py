@@ -1,0 +1,36 @@
+"""Whether the third-party converters of ``requirements.txt`` are installed.
+
+Their tests skip where the tools are absent, so a bare ``pytest`` still runs everything else;
+CI sets ``MTPCHECK_REQUIRE_THIRDPARTY=1``, which turns a missing tool into a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REQUIRE = os.environ.get("MTPCHECK_REQUIRE_THIRDPARTY") == "1"
+
+
+def require(module: str) -> None:
+    """Skip (or, in CI, fail) unless ``module`` can be imported."""
+    if importlib.util.find_spec(module.split(".")[0]) is not None:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return
+        except ModuleNotFoundError:
+            pass
+    reason = f"{module} is not installed: pip install --no-deps -r {HERE / 'requirements.txt'}"
+    if REQUIRE:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def script(name: str) -> str:
+    """A shell command running one of the converter scripts beside this file."""
+    return f"{sys.executable} {HERE / name}"
