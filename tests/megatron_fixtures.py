@@ -13,6 +13,8 @@ MTP ``eh_proj``) so a misplaced tensor or a float conversion cannot go unnoticed
   expert bias, shared experts), tracker ``3``;
 * ``moe_singleton/iter_0000003``: the MoE model saved with ``singleton_local_shards`` (per-expert
   keys, SwiGLU ``linear_fc1`` split into ``weight_w`` / ``weight_v``);
+* ``dense_mlm/``: the dense model saved the way Megatron-LM's ``save_checkpoint`` saves it
+  (megatron-core's default torch_dist strategy, fully parallel, content metadata), tracker ``5``;
 * ``bridge/iter_0000007``: the dense model saved without args (``common.pt`` is ``{}``) plus a
   Megatron-Bridge style ``run_config.yaml``;
 * ``dense_ref.pt`` / ``moe_ref.pt``: ``model.state_dict()`` of each model.
@@ -228,6 +230,38 @@ def _save_dist(state: dict[str, Any], directory: Path) -> None:
     )
 
 
+def _save_like_megatron_lm(state: dict[str, Any], directory: Path) -> None:
+    """The save path of Megatron-LM's ``save_checkpoint`` for ``--ckpt-format torch_dist``:
+    megatron-core's default strategy (two writer threads, forked writer process, a save plan in
+    ``.metadata``) under ``FullyParallelSaveStrategyWrapper`` (Megatron-LM's default
+    ``--ckpt-fully-parallel-save``), with ``content_metadata`` in ``common.pt``."""
+    import torch
+    from megatron.core import dist_checkpointing, parallel_state
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import (
+        FullyParallelSaveStrategyWrapper,
+    )
+
+    strategy = FullyParallelSaveStrategyWrapper(
+        get_default_save_sharded_strategy("torch_dist"),
+        parallel_state.get_data_parallel_group(with_context_parallel=True),
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    saved = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda device=None: None  # the writer waits for CUDA copies
+    try:
+        with _cpu_current_device():  # finalising reduces a tensor on the current device
+            dist_checkpointing.save(
+                state,
+                str(directory),
+                strategy,
+                validate_access_integrity=True,
+                content_metadata={"singleton_local_shards": False},
+            )
+    finally:
+        torch.cuda.synchronize = saved
+
+
 def _sharded(model: Any, singleton: bool = False) -> Any:
     from megatron.core import parallel_state
 
@@ -286,6 +320,9 @@ def build_single(out: Path) -> None:
             state["model"] = _sharded(model, singleton=True)
             _save_dist(state, out / "moe_singleton" / "iter_0000003")
         if kind == "dense":
+            mlm = {**state, "num_floating_point_operations_so_far": 0}
+            _save_like_megatron_lm(mlm, out / "dense_mlm" / "iter_0000005")
+            _write_tracker(out / "dense_mlm", "5")
             bridge = out / "bridge" / "iter_0000007"
             _save_dist({"model": _sharded(model)}, bridge)
             (bridge / "run_config.yaml").write_text(RUN_CONFIG)

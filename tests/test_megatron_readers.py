@@ -125,6 +125,22 @@ def test_torch_dist_matches_model_state_dict(single: Path, kind: str, on_disk: s
     assert ckpt.config_path == str(iteration / "common.pt")
 
 
+def test_megatron_lm_default_save_strategy_is_read(single: Path) -> None:
+    """Saved as Megatron-LM's ``save_checkpoint`` saves (megatron-core's default torch_dist
+    strategy, fully parallel): ``.metadata`` keeps every rank's save plan (megatron-core sets
+    ``all_local_plans`` on it) and the data is spread over two writer files. Same model, same
+    bytes as the plain save."""
+    iteration = single / "dense_mlm" / "iter_0000005"
+    metadata = load_raw_pickle(iteration / ".metadata")
+    (plan,) = metadata.all_local_plans
+    assert type(plan).__name__ == "SavePlan" and len(plan.items) > 20
+    assert sorted(p.name for p in iteration.glob("*.distcp")) == ["__0_0.distcp", "__0_1.distcp"]
+    ckpt = open_checkpoint(single / "dense_mlm")
+    assert ckpt.format == "megatron-torch-dist" and ckpt.issues == ()
+    _assert_matches(ckpt, _reference(single, "dense"))
+    assert ckpt.config["mtp_num_layers"] == 1
+
+
 @pytest.mark.parametrize(
     ("stored", "canonical"),
     [

@@ -34,6 +34,8 @@ from mtpcheck.formats.safe_pickle import load_raw_pickle
 
 
 def _metadata_with_plans() -> Metadata:
+    """Plans where torch and megatron-core keep them: ``planner_data``, and the
+    ``all_local_plans`` attribute megatron-core's saver sets on the metadata."""
     key = "mtp.layers.0.eh_proj.weight"
     chunk = ChunkStorageMetadata(offsets=torch.Size([0, 0]), sizes=torch.Size([4, 8]))
     props = TensorProperties(dtype=torch.bfloat16)
@@ -52,7 +54,7 @@ def _metadata_with_plans() -> Metadata:
         storage_offsets=torch.Size([0, 0]),
         lengths=torch.Size([4, 8]),
     )
-    return Metadata(
+    metadata = Metadata(
         state_dict_metadata={
             key: TensorStorageMetadata(props, torch.Size([4, 8]), [chunk]),
             "common/_extra_state": BytesStorageMetadata(),
@@ -64,6 +66,8 @@ def _metadata_with_plans() -> Metadata:
         storage_data={index: _StorageInfo("__0_0.distcp", 0, 64)},
         storage_meta=StorageMeta(checkpoint_id=Path("/ckpt"), save_id="s", load_id="l"),
     )
+    metadata.all_local_plans = [SavePlan([write])]  # type: ignore[attr-defined]
+    return metadata
 
 
 def test_save_and_load_plans_in_metadata_are_read(tmp_path: Path) -> None:
@@ -75,6 +79,7 @@ def test_save_and_load_plans_in_metadata_are_read(tmp_path: Path) -> None:
     assert loaded.storage_data == original.storage_data
     assert loaded.planner_data == original.planner_data
     assert loaded.planner_data["plans"][0].items[0].type is WriteItemType.SHARD
+    assert loaded.all_local_plans == original.all_local_plans
 
 
 class _Gadget:
