@@ -46,6 +46,15 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
         if found == 0:
             what = "no MTP layers declared" if d is None else "config declares 0 MTP layers"
             finding = Finding("mtp-count", Status.PASS, f"{what} ({src}); none present")
+        elif d is None and analysis.family is not None and analysis.family.key == "megatron":
+            # a bare dist_checkpointing.save (mbridge, verl) records no args: the loader is
+            # told the count on its command line, so the weights are not lost, only unlabelled
+            finding = Finding(
+                "mtp-count",
+                Status.WARN,
+                f"{found} MTP layer(s) present ({complete} complete) but the checkpoint records "
+                f"no MTP count ({src}); load it with --mtp-num-layers {found}",
+            )
         else:
             said = f"config declares 0 ({src})" if d == 0 else f"undeclared ({src})"
             finding = Finding(

@@ -62,6 +62,20 @@ def stage1_checks(
     d_want, d_got = want.declared.value, got.declared.value
     if d_got == d_want:
         count = Finding("mtp_num_layers", Status.PASS, f"declares {d_got}, as the source")
+    elif d_got is None and got.complete_layers == d_want:
+        count = Finding(
+            "mtp_num_layers",
+            Status.WARN,
+            f"{STAGE1}: Megatron output records no MTP count ({got.declared.source}); it holds "
+            f"{d_want} complete MTP layer(s), as the source declares",
+        )
+    elif d_got is None:
+        count = Finding(
+            "mtp_num_layers",
+            Status.FAIL,
+            f"{STAGE1}: Megatron output records no MTP count ({got.declared.source}) and holds "
+            f"{got.complete_layers} complete MTP layer(s); the source declares {d_want}",
+        )
     else:
         count = Finding(
             "mtp_num_layers",

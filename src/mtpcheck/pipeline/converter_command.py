@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TAIL_LINES = 15
+LINE_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,16 @@ def validate_template(template: str) -> None:
 
 
 def _tail(data: bytes) -> str:
+    """The last lines of a converter's output, each cut to a readable length (a library may
+    print a whole config object on one line)."""
     lines = data.decode("utf-8", errors="replace").rstrip().splitlines()
-    return "\n".join(lines[-TAIL_LINES:])
+    return "\n".join(_shorten(line) for line in lines[-TAIL_LINES:])
+
+
+def _shorten(line: str) -> str:
+    if len(line) <= LINE_CHARS:
+        return line
+    return f"{line[: LINE_CHARS - 40]} ... [{len(line) - LINE_CHARS + 40} more characters]"
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
