@@ -79,3 +79,28 @@ def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
         byte = f.read(1)[0]
         f.seek(offset)
         f.write(bytes([byte ^ (1 << bit)]))
+
+
+# --- third-party round trips: started once collection shows a test needs them ----------------
+
+THIRDPARTY_FIXTURE = "thirdparty_runs"
+_THIRDPARTY_KEY = pytest.StashKey[object]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(THIRDPARTY_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.thirdparty.runs import Roundtrips
+
+        session.config.stash[_THIRDPARTY_KEY] = Roundtrips()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    runs = config.stash.get(_THIRDPARTY_KEY, None)
+    if runs is not None:
+        runs.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def thirdparty_runs(request: pytest.FixtureRequest) -> object:
+    """The :class:`tests.thirdparty.runs.Roundtrips` started after collection."""
+    return request.config.stash[_THIRDPARTY_KEY]

@@ -18,18 +18,15 @@ the shipped fixtures, and what each test pins:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from mtpcheck.cli import cli
 from tests.conftest import FIXTURES, Run
-from tests.thirdparty.tools import require, script
+from tests.thirdparty.runs import MBRIDGE, Kept, Roundtrips
+from tests.thirdparty.tools import require
 
-MBRIDGE = script("mbridge_convert.py")
 STAGE1 = "stage 1 (HF -> Megatron)"
 
 GLM_HF_MTP = frozenset(
@@ -86,53 +83,14 @@ MIMO_EH_PROJ = "bits differ in 512 of 512 elements, first at index [0, 0]; max a
 UNDECLARED = "no mtp_num_layers in config"
 
 
-@dataclass(frozen=True)
-class Kept:
-    """One round trip's report and the checkpoints it kept."""
-
-    run: Run
-    report: dict[str, Any]
-    megatron: Path
-    hf: Path
-
-
-def _invoke(*args: str | Path) -> Run:
-    """What the ``run_cli`` fixture does, for the module-scoped round trips."""
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    return Run(result.exit_code, result.stdout, result.stderr)
-
-
-def _mbridge_roundtrip(family: str, tmp: pytest.TempPathFactory, *extra: str) -> Kept:
-    require("mbridge")
-    source = FIXTURES / family
-    work = tmp.mktemp(f"mbridge-{family}")
-    run = _invoke(
-        "roundtrip",
-        source,
-        "--all",
-        "--keep",
-        "--workdir",
-        work,
-        "--format",
-        "json",
-        "--to-megatron",
-        f"{MBRIDGE} import {{src}} {{dst}} {' '.join(extra)}",
-        "--to-hf",
-        f"{MBRIDGE} export {{src}} {{dst}} --hf-config {source} {' '.join(extra)}",
-    )
-    (kept,) = work.iterdir()
-    assert f"kept the round trip's checkpoints in {kept}" in run.stderr, run
-    return Kept(run, json.loads(run.stdout), kept / "megatron", kept / "hf")
+@pytest.fixture(scope="module")
+def glm(thirdparty_runs: Roundtrips) -> Kept:
+    return thirdparty_runs.get("mbridge-glm4_moe")
 
 
 @pytest.fixture(scope="module")
-def glm(tmp_path_factory: pytest.TempPathFactory) -> Kept:
-    return _mbridge_roundtrip("glm4_moe", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def mimo(tmp_path_factory: pytest.TempPathFactory) -> Kept:
-    return _mbridge_roundtrip("mimo", tmp_path_factory, "--compat")
+def mimo(thirdparty_runs: Roundtrips) -> Kept:
+    return thirdparty_runs.get("mbridge-mimo")
 
 
 def _statuses(report: dict[str, Any]) -> dict[str, str]:
@@ -156,7 +114,7 @@ def _json(run: Run) -> dict[str, Any]:
 
 
 def test_glm_roundtrip_verdicts(glm: Kept) -> None:
-    assert glm.run.exit_code == 1, glm.run
+    assert glm.exit_code == 1, glm
     assert _statuses(glm.report) == {
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",
@@ -289,7 +247,7 @@ def test_mimo_stock_mbridge_cannot_build_the_model(run_cli, tmp_path: Path) -> N
 
 
 def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
-    assert mimo.run.exit_code == 1, mimo.run
+    assert mimo.exit_code == 1, mimo
     assert _statuses(mimo.report) == {
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import pickletools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,10 @@ from click.testing import CliRunner
 
 from mtpcheck.cli import cli
 from tests.conftest import FIXTURES
-from tests.thirdparty.tools import require, script
+from tests.thirdparty.runs import Kept, Roundtrips
 
-BRIDGE = script("megatron_bridge_convert.py")
 STAGE1 = "stage 1 (HF -> Megatron)"
 STAGE2 = "stage 2 (Megatron -> HF)"
-
-
-@dataclass(frozen=True)
-class BridgeRun:
-    exit_code: int
-    report: dict[str, Any]
-    megatron: Path
-    hf: Path
 
 
 def _mtpcheck(*args: str | Path) -> tuple[int, dict[str, Any]]:
@@ -43,35 +33,14 @@ def _mtpcheck(*args: str | Path) -> tuple[int, dict[str, Any]]:
     return result.exit_code, json.loads(result.stdout)
 
 
-def _bridge_roundtrip(family: str, tmp: pytest.TempPathFactory) -> BridgeRun:
-    """``mtpcheck roundtrip`` with Megatron-Bridge converting both ways; the intermediate
-    checkpoints are kept for the inspect and diff tests."""
-    require("megatron.bridge")
-    source = FIXTURES / family
-    work = tmp.mktemp(f"bridge-{family}")
-    code, report = _mtpcheck(
-        "roundtrip",
-        source,
-        "--keep",
-        "--workdir",
-        work,
-        "--to-megatron",
-        f"{BRIDGE} import {{src}} {{dst}}",
-        "--to-hf",
-        f"{BRIDGE} export {{src}} {{dst}} --hf-reference {source}",
-    )
-    (kept,) = work.iterdir()
-    return BridgeRun(code, report, kept / "megatron", kept / "hf")
+@pytest.fixture(scope="module")
+def deepseek(thirdparty_runs: Roundtrips) -> Kept:
+    return thirdparty_runs.get("bridge-deepseek_v3")
 
 
 @pytest.fixture(scope="module")
-def deepseek(tmp_path_factory: pytest.TempPathFactory) -> BridgeRun:
-    return _bridge_roundtrip("deepseek_v3", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def glm(tmp_path_factory: pytest.TempPathFactory) -> BridgeRun:
-    return _bridge_roundtrip("glm4_moe", tmp_path_factory)
+def glm(thirdparty_runs: Roundtrips) -> Kept:
+    return thirdparty_runs.get("bridge-glm4_moe")
 
 
 def _statuses(report: dict[str, Any]) -> dict[str, str]:
@@ -100,7 +69,7 @@ def test_bridge_metadata_holds_a_save_plan_and_is_read(
     request: pytest.FixtureRequest, family: str
 ) -> None:
     """Megatron-Bridge's ``.metadata`` pickles torch DCP's SavePlan: once refused as unsafe."""
-    bridge_run: BridgeRun = request.getfixturevalue(family)
+    bridge_run: Kept = request.getfixturevalue(family)
     metadata = bridge_run.megatron / "iter_0000000" / ".metadata"
     strings = {
         arg for _, arg, _ in pickletools.genops(metadata.read_bytes()) if isinstance(arg, str)
@@ -111,7 +80,7 @@ def test_bridge_metadata_holds_a_save_plan_and_is_read(
     assert report["inputs"][0]["format"] == "megatron-torch-dist"
 
 
-def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: BridgeRun) -> None:
+def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: Kept) -> None:
     assert deepseek.exit_code == 1
     report = deepseek.report
     assert _statuses(report) == {
@@ -140,7 +109,7 @@ def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: BridgeRun) -> None:
     }
 
 
-def test_deepseek_v3_megatron_output_declares_and_holds_no_mtp(deepseek: BridgeRun) -> None:
+def test_deepseek_v3_megatron_output_declares_and_holds_no_mtp(deepseek: Kept) -> None:
     code, report = _mtpcheck("inspect", deepseek.megatron)
     assert code == 0
     (count,) = [c for c in report["checks"] if c["name"] == "mtp-count"]
@@ -154,7 +123,7 @@ def test_deepseek_v3_megatron_output_declares_and_holds_no_mtp(deepseek: BridgeR
     assert len(missing) == 25 and all(m.startswith("missing in B") for m in missing.values())
 
 
-def test_glm45_router_bias_rounded_and_copies_not_exported(glm: BridgeRun) -> None:
+def test_glm45_router_bias_rounded_and_copies_not_exported(glm: Kept) -> None:
     assert glm.exit_code == 1
     report = glm.report
     assert _statuses(report) == {
@@ -181,7 +150,7 @@ def test_glm45_router_bias_rounded_and_copies_not_exported(glm: BridgeRun) -> No
     }
 
 
-def test_glm45_megatron_output_inspects_clean_and_diff_names_the_bias(glm: BridgeRun) -> None:
+def test_glm45_megatron_output_inspects_clean_and_diff_names_the_bias(glm: Kept) -> None:
     code, report = _mtpcheck("inspect", glm.megatron)
     assert code == 0, report
     (layer,) = report["inputs"][0]["mtp_layers"]
@@ -199,3 +168,37 @@ def test_glm45_megatron_output_inspects_clean_and_diff_names_the_bias(glm: Bridg
         "model.layers.2.embed_tokens.weight",
         "model.layers.2.shared_head.head.weight",
     }
+
+
+@pytest.mark.parametrize(
+    ("family", "lost"),
+    [
+        ("deepseek", _mtp_tensors("deepseek_v3")),  # the MTP layer the bridge left out
+        ("glm", {"model.layers.2.mlp.gate.e_score_correction_bias"}),  # the bias it rounded
+    ],
+)
+def test_builtin_export_of_the_bridge_checkpoint(
+    request: pytest.FixtureRequest, tmp_path: Path, family: str, lost: set[str]
+) -> None:
+    """mtpcheck's own Megatron -> HF converter reads what Megatron-Bridge wrote (its stacked
+    and per-layer keys, local-spec norms, MLA) and gives back every other tensor bit for bit."""
+    bridge_run: Kept = request.getfixturevalue(family)
+    source = FIXTURES / ("deepseek_v3" if family == "deepseek" else "glm4_moe")
+    out = tmp_path / "hf"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "megatron-to-hf",
+            str(bridge_run.megatron),
+            str(out),
+            "--hf-config",
+            str(source / "config.json"),
+            "--copies",
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    code, report = _mtpcheck("diff", source, out, "--all")
+    assert code == 1
+    assert set(_failing(report, "tensors")) == lost
+    assert len(report["tensors"]) == (73 if family == "deepseek" else 79)
