@@ -10,6 +10,7 @@ q_proj/k_proj/v_proj outputs.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,9 +84,18 @@ def test_qkv_interleave_means_the_same_attention(tmp_path: Path) -> None:
                 assert torch.equal(got.reshape(hidden, -1), want), f"{prefix}{proj}"
 
 
-def test_unsupported_family_is_refused_with_the_reason(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="no Megatron counterpart: model.layers.0.linear_attn"):
-        hf_to_megatron(open_checkpoint(FIXTURES / "qwen3_next"), tmp_path / "out")
+def test_tensor_without_counterpart_is_refused_with_its_name(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    src = Path(shutil.copytree(FIXTURES / "qwen3_next", tmp_path / "src"))
+    (src / "model.safetensors").rename(src / "model-00001-of-00002.safetensors")
+    stray = {"model.layers.0.linear_attn.mystery.weight": torch.zeros(2, dtype=torch.bfloat16)}
+    save_file(stray, str(src / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(
+        InputError,
+        match="1 tensor\\(s\\) have no Megatron counterpart: model.layers.0.linear_attn.mystery",
+    ):
+        hf_to_megatron(open_checkpoint(src), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

@@ -200,7 +200,7 @@ def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
     family = view.plan.family
     key = WRITER_FAMILY.get(family.key, family.key)
     info = megatron_config.FAMILIES.get(key)
-    if info is None or info.spec != "local":
+    if info is None or not info.writable:
         why = f": {info.note}" if info else ""
         raise InputError(hf.path, f"the built-in converter cannot write {family.display} yet{why}")
     _empty_destination(dst)

@@ -102,6 +102,8 @@ class FamilyInfo:
     builds_on_cpu: bool
     """Whether a GPTModel of the family builds on CPU torch without Transformer Engine."""
     note: str
+    writable: bool = True
+    """Whether the built-in converter writes the family's torch_dist layout."""
 
 
 FAMILIES: Mapping[str, FamilyInfo] = {
@@ -123,7 +125,9 @@ FAMILIES: Mapping[str, FamilyInfo] = {
             "te",
             False,
             "gated delta net: the experimental block spec requires Transformer Engine and "
-            "GatedDeltaNet requires the fla package",
+            "GatedDeltaNet requires the fla package; the writer writes the Transformer Engine "
+            "layout without building the model (in_proj / conv1d split by rows into the keys "
+            "GatedDeltaNet.sharded_state_dict names)",
         ),
     )
 }
@@ -439,7 +443,8 @@ def layer_key_map(transformer_kwargs: Mapping[str, Any]) -> dict[str, str]:
 # --- expected canonical names -------------------------------------------------------------
 
 
-def _layer_pattern(kw: Mapping[str, Any], name: str) -> list[int]:
+def layer_pattern(kw: Mapping[str, Any], name: str) -> list[int]:
+    """Per decoder layer, 1 where ``name`` (a layer-frequency setting) selects the layer."""
     value = kw.get(name)
     n = int(kw["num_layers"])
     if value is None:
@@ -572,8 +577,8 @@ def expected_layer_names(
     n = int(kw["num_layers"])
     if not 0 <= layer < n:
         raise ValueError(f"layer {layer} out of range for {n} decoder layers")
-    linear = _layer_pattern(kw, "linear_attention_freq")[layer] == 1
-    moe = kw.get("num_moe_experts") is not None and _layer_pattern(kw, "moe_layer_freq")[layer]
+    linear = layer_pattern(kw, "linear_attention_freq")[layer] == 1
+    moe = kw.get("num_moe_experts") is not None and layer_pattern(kw, "moe_layer_freq")[layer]
     return {**_attention_names(kw, spec, linear), **_mlp_names(kw, spec, bool(moe))}
 
 

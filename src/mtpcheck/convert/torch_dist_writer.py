@@ -22,7 +22,7 @@ import argparse
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from megatron.core.dist_checkpointing.strategies.torch import (
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint import save as dcp_save
 
-from mtpcheck.convert.megatron_config import layer_key_map, uses_stacked_layers
+from mtpcheck.convert.megatron_config import layer_key_map, layer_pattern, uses_stacked_layers
 
 CHECKPOINT_VERSION = 3.0
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -57,7 +57,7 @@ _DECODER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
 _MTP_INNER = re.compile(r"(mtp\.layers\.\d+\.)(?:transformer_layer|mtp_model_layer)\.(.+)")
 _EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(.+)")
 _GLU_FC1 = re.compile(r"(?:^|\.)linear_fc1\.(?:weight|bias)$")
-_LINEAR_MODULE = re.compile(r"(?:^|\.)(?:linear_[a-z0-9_]+|eh_proj)$")
+_LINEAR_MODULE = re.compile(r"(?:^|\.)(?:linear_[a-z0-9_]+|eh_proj|in_proj|out_proj)$")
 _SHAPE_TOLERANT = ("embedding.word_embeddings.", "output_layer.")
 
 Offsets = tuple[tuple[int, int, int], ...]
@@ -70,23 +70,77 @@ class _Layout:
     stacked: bool
     glu: bool
     key_map: Mapping[str, str]
+    te: bool = False
+    """Transformer Engine layer specs (Qwen3-Next): norms fused per layer kind, below."""
+    linear_layers: frozenset[int] = frozenset()
+    """Decoder layers that are gated delta nets."""
+    moe_layers: frozenset[int] = frozenset()
+    row_parts: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    """Module suffix -> (part name, rows) of tensors megatron-core stores split by rows."""
 
     @classmethod
     def of(cls, transformer_kwargs: Mapping[str, Any]) -> _Layout:
-        impl = transformer_kwargs.get("transformer_impl", "local")
-        if impl != "local":
-            # TE modules split tensors on disk (gated delta net) and carry their own extra
-            # state, which cannot be reproduced (or checked) without Transformer Engine.
-            raise NotImplementedError(
-                f"only local-spec models can be written, not transformer_impl={impl!r}"
-            )
-        return cls(
-            num_layers=int(transformer_kwargs["num_layers"]),
-            num_experts=int(transformer_kwargs.get("num_moe_experts") or 0),
-            stacked=uses_stacked_layers(transformer_kwargs),
-            glu=bool(transformer_kwargs.get("gated_linear_unit", False)),
-            key_map=layer_key_map(transformer_kwargs),
+        kw = transformer_kwargs
+        impl = kw.get("transformer_impl", "local")
+        te = impl == "transformer_engine" and kw.get("experimental_attention_variant") == (
+            "gated_delta_net"
         )
+        if impl != "local" and not te:
+            # TE modules carry their own extra state, which cannot be reproduced (or checked)
+            # without Transformer Engine; only the gated delta net's layout is known here.
+            raise NotImplementedError(
+                f"only local-spec models and the gated delta net can be written, "
+                f"not transformer_impl={impl!r}"
+            )
+        n = int(kw["num_layers"])
+        return cls(
+            num_layers=n,
+            num_experts=int(kw.get("num_moe_experts") or 0),
+            stacked=uses_stacked_layers(kw),
+            glu=bool(kw.get("gated_linear_unit", False)),
+            key_map=layer_key_map(kw),
+            te=te,
+            linear_layers=frozenset(
+                k for k, v in enumerate(layer_pattern(kw, "linear_attention_freq")) if v
+            ),
+            moe_layers=frozenset(k for k, v in enumerate(layer_pattern(kw, "moe_layer_freq")) if v)
+            if kw.get("num_moe_experts")
+            else frozenset(),
+            row_parts=_gdn_row_parts(kw) if te else {},
+        )
+
+    def layer_key_map(self, layer: int) -> Mapping[str, str]:
+        """Norm renames inside decoder layer ``layer`` (the MTP layer is built like the last)."""
+        if not self.te:
+            return self.key_map
+        fused_input = (
+            "self_attention.in_proj.layer_norm_"
+            if layer in self.linear_layers
+            else "self_attention.linear_qkv.layer_norm_"
+        )
+        renames = {"input_layernorm.": fused_input}
+        if layer not in self.moe_layers:
+            renames["pre_mlp_layernorm."] = "mlp.linear_fc1.layer_norm_"
+        return renames
+
+
+def _gdn_row_parts(kw: Mapping[str, Any]) -> dict[str, tuple[tuple[str, int], ...]]:
+    """How megatron-core's ``GatedDeltaNet.sharded_state_dict`` splits ``in_proj`` and
+    ``conv1d``: one key per part (``in_proj.weight.query``, ...), each part's rows."""
+    qk = int(kw["linear_key_head_dim"]) * int(kw["linear_num_key_heads"])
+    nv = int(kw["linear_num_value_heads"])
+    v = int(kw["linear_value_head_dim"]) * nv
+    return {
+        "self_attention.in_proj.weight": (
+            ("query", qk),
+            ("key", qk),
+            ("value", v),
+            ("z", v),
+            ("beta", nv),
+            ("alpha", nv),
+        ),
+        "self_attention.conv1d.weight": (("query", qk), ("key", qk), ("value", v)),
+    }
 
 
 @dataclass(frozen=True)
@@ -96,9 +150,13 @@ class _Placement:
     offsets: Offsets
     """Prepended axes as ``(axis, offset, fragments)``: layer axis, then expert axis."""
     glu_fc1: bool
+    row_parts: tuple[tuple[str, int], ...] = ()
+    """Stored as one key per part (``<key>.<part>``), each these many rows."""
 
 
-def _layer_inner(rest: str, layout: _Layout, prepend: Offsets, name: str) -> tuple[str, Offsets]:
+def _layer_inner(
+    rest: str, layout: _Layout, prepend: Offsets, name: str, layer: int
+) -> tuple[str, Offsets]:
     """Sharded key and offsets of one name inside a transformer layer."""
     expert = _EXPERT.fullmatch(rest)
     if expert:
@@ -107,7 +165,7 @@ def _layer_inner(rest: str, layout: _Layout, prepend: Offsets, name: str) -> tup
             raise ValueError(f"{name}: expert {e} outside num_moe_experts={layout.num_experts}")
         rest = f"mlp.experts.experts.{expert.group(2)}"
         prepend = (*prepend, (len(prepend), e, layout.num_experts))
-    for old, new in layout.key_map.items():
+    for old, new in layout.layer_key_map(layer).items():
         if rest.startswith(old):
             rest = new + rest[len(old) :]
             break
@@ -121,25 +179,36 @@ def _place(name: str, layout: _Layout) -> _Placement:
         k = int(decoder.group(1))
         if not 0 <= k < layout.num_layers:
             raise ValueError(f"{name}: layer {k} outside num_layers={layout.num_layers}")
+        rest = decoder.group(2)
         if layout.stacked:
-            inner, offsets = _layer_inner(
-                decoder.group(2), layout, ((0, k, layout.num_layers),), name
-            )
+            inner, offsets = _layer_inner(rest, layout, ((0, k, layout.num_layers),), name, k)
             key = f"decoder.layers.{inner}"
         else:
-            inner, offsets = _layer_inner(decoder.group(2), layout, (), name)
+            inner, offsets = _layer_inner(rest, layout, (), name, k)
             key = f"decoder.layers.{k}.{inner}"
     elif mtp:
-        inner, offsets = _layer_inner(mtp.group(2), layout, (), name)
+        rest = mtp.group(2)
+        inner, offsets = _layer_inner(rest, layout, (), name, layout.num_layers - 1)
         key = f"{mtp.group(1)}transformer_layer.{inner}"
     else:
         return _Placement(name, (), False)
-    return _Placement(key, offsets, layout.glu and bool(_GLU_FC1.search(inner)))
+    glu = layout.glu and bool(_GLU_FC1.search(inner))
+    return _Placement(key, offsets, glu, layout.row_parts.get(rest, ()))
 
 
 def _sharded_tensors(name: str, tensor: torch.Tensor, p: _Placement) -> list[ShardedTensor]:
     tolerant = name.startswith(_SHAPE_TOLERANT)
     n = len(p.offsets)
+    if p.row_parts:
+        rows = [r for _, r in p.row_parts]
+        if tensor.shape[0] != sum(rows):
+            raise ValueError(f"{name}: {tensor.shape[0]} rows, the layout needs {sum(rows)}")
+        return [
+            ShardedTensor.from_rank_offsets(
+                f"{p.key}.{part}", piece, *p.offsets, replica_id=_REPLICA, prepend_axis_num=n
+            )
+            for (part, _), piece in zip(p.row_parts, torch.split(tensor, rows), strict=True)
+        ]
     if not p.glu_fc1:
         return [
             ShardedTensor.from_rank_offsets(
@@ -311,13 +380,13 @@ def _check_args(
     transformer_kwargs: Mapping[str, Any],
     tensors: Mapping[str, torch.Tensor],
 ) -> None:
-    for field in ("num_layers", "hidden_size", "mtp_num_layers"):
-        if not hasattr(ns, field):
-            raise ValueError(f"args lacks {field!r}")
-        if getattr(ns, field) != transformer_kwargs.get(field):
+    for key in ("num_layers", "hidden_size", "mtp_num_layers"):
+        if not hasattr(ns, key):
+            raise ValueError(f"args lacks {key!r}")
+        if getattr(ns, key) != transformer_kwargs.get(key):
             raise ValueError(
-                f"args.{field}={getattr(ns, field)!r} but the transformer config has "
-                f"{transformer_kwargs.get(field)!r}"
+                f"args.{key}={getattr(ns, key)!r} but the transformer config has "
+                f"{transformer_kwargs.get(key)!r}"
             )
     embedding = tensors.get("embedding.word_embeddings.weight")
     padded = getattr(ns, "padded_vocab_size", None)

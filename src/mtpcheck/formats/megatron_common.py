@@ -11,7 +11,8 @@ Canonical tensor names are those of ``GPTModel.state_dict()`` built with megatro
   ``<layer>.input_layernorm.{weight,bias}`` and
   ``<layer>.mlp.linear_fc1.layer_norm_{weight,bias}`` becomes
   ``<layer>.pre_mlp_layernorm.{weight,bias}`` (a TE-spec MoE layer already stores
-  ``pre_mlp_layernorm.weight``, which stays);
+  ``pre_mlp_layernorm.weight``, which stays); a gated-delta-net layer's
+  ``<layer>.self_attention.in_proj.layer_norm_weight`` becomes ``<layer>.input_layernorm.weight``;
 * MLA fused norms (``self_attention.linear_q_up_proj.layer_norm_weight``,
   ``self_attention.linear_kv_up_proj.layer_norm_weight``) have no local-spec counterpart and
   keep their on-disk names.
@@ -45,6 +46,11 @@ _RENAMES: tuple[tuple[re.Pattern[str], str], ...] = (
         r".input_layernorm.\1",
     ),
     (re.compile(r"\.mlp\.linear_fc1\.layer_norm_(weight|bias)$"), r".pre_mlp_layernorm.\1"),
+    # the gated delta net fuses its layer's input norm into ``in_proj``
+    (
+        re.compile(r"\.self_attention\.in_proj\.layer_norm_(weight|bias)$"),
+        r".input_layernorm.\1",
+    ),
 )
 
 EMBEDDING_NAMES = ("embedding.word_embeddings.weight", "output_layer.weight")

@@ -291,11 +291,25 @@ def _template(key: str) -> tuple[list[str], list[int]]:
     return parts, slots
 
 
-def _glu_half(name: str) -> tuple[str, str | None]:
-    """``...linear_fc1.weight_w`` -> (``...linear_fc1.weight``, ``w``); others unchanged."""
+ROW_PARTS: Mapping[str, tuple[str, ...]] = {
+    "glu": ("w", "v"),
+    "in_proj": ("query", "key", "value", "z", "beta", "alpha"),
+    "conv1d": ("query", "key", "value"),
+}
+"""Tensors stored as several keys whose rows, in this order, make the canonical tensor: the
+gate and up halves of singleton-shard SwiGLU saves, and the pieces megatron-core's gated delta
+net splits its fused ``in_proj`` and ``conv1d`` weights into."""
+
+
+def _row_part(name: str) -> tuple[str, str | None]:
+    """``...linear_fc1.weight_w`` -> (``...linear_fc1.weight``, ``w``),
+    ``...in_proj.weight.query`` -> (``...in_proj.weight``, ``query``); others unchanged."""
     stem, _, last = name.rpartition(".")
     if stem.endswith("linear_fc1") and last in ("weight_w", "weight_v", "bias_w", "bias_v"):
         return f"{stem}.{last[:-2]}", last[-1]
+    module = stem.removesuffix(".weight")
+    if stem.endswith(".weight") and last in ROW_PARTS.get(module.rpartition(".")[2], ()):
+        return stem, last
     return name, None
 
 
@@ -358,7 +372,7 @@ def _build_plans(
             for fixed in itertools.product(*spans):
                 for slot, index in zip(slots, fixed, strict=True):
                     parts[slot] = str(index)
-                name, half = _glu_half(canonical_name(".".join(parts)))
+                name, half = _row_part(canonical_name(".".join(parts)))
                 plan = halves.setdefault(name, {}).get(half)
                 if plan is None:
                     plan = _Plan(key, dtype, inner)
@@ -369,7 +383,7 @@ def _build_plans(
                 plan.pieces.append(_piece(where, offsets, sizes, fixed, metadata_file, key))
     plans: dict[str, _Plan] = {}
     for name, by_half in sorted(halves.items()):
-        plans[name] = _join_halves(name, by_half, issues)
+        plans[name] = _join_parts(name, by_half, issues)
         if name in EMBEDDING_NAMES and plans[name].shape:
             plans[name].rows = unpadded_rows(config, plans[name].shape[0])
     issues.extend(
@@ -403,22 +417,32 @@ def _piece(
     return _Piece(relative, span[0], span[1], offsets, sizes, fixed)
 
 
-def _join_halves(
-    name: str, by_half: dict[str | None, _Plan], issues: list[IntegrityIssue]
-) -> _Plan:
-    if set(by_half) != {"w", "v"}:
-        return next(iter(by_half.values()))
-    gate, up = by_half["w"], by_half["v"]
-    if gate.dtype != up.dtype or gate.shape[1:] != up.shape[1:] or not gate.shape:
-        issues.append(IntegrityIssue("glu-halves-mismatch", name, f"{gate.key} vs {up.key}"))
-        return gate
-    shift = gate.shape[0]
-    shifted = [
-        _Piece(p.file, p.offset, p.length, p.chunk_offsets, p.chunk_sizes, p.fixed, shift)
-        for p in up.pieces
-    ]
-    joined = (shift + up.shape[0], *gate.shape[1:])
-    return _Plan(gate.key, gate.dtype, joined, gate.pieces + shifted)
+def _join_parts(name: str, by_part: dict[str | None, _Plan], issues: list[IntegrityIssue]) -> _Plan:
+    """One plan from the row parts of a split tensor, stacked in :data:`ROW_PARTS` order."""
+    if None in by_part:
+        return by_part[None]
+    order = next((o for o in ROW_PARTS.values() if set(o) == set(by_part)), None)
+    first = next(iter(by_part.values()))
+    if order is None:
+        issues.append(
+            IntegrityIssue("split-tensor-incomplete", name, f"parts {sorted(by_part)} of {name}")
+        )
+        return first
+    plans = [by_part[p] for p in order]
+    head = plans[0]
+    if any(p.dtype != head.dtype or p.shape[1:] != head.shape[1:] or not p.shape for p in plans):
+        keys = " vs ".join(p.key for p in plans)
+        issues.append(IntegrityIssue("split-tensor-mismatch", name, keys))
+        return head
+    pieces: list[_Piece] = []
+    shift = 0
+    for plan in plans:
+        pieces += [
+            _Piece(p.file, p.offset, p.length, p.chunk_offsets, p.chunk_sizes, p.fixed, shift)
+            for p in plan.pieces
+        ]
+        shift += plan.shape[0]
+    return _Plan(head.key, head.dtype, (shift, *head.shape[1:]), pieces)
 
 
 def _covered(plan: _Plan) -> int:

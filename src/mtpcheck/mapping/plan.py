@@ -16,7 +16,7 @@ from mtpcheck.errors import MtpcheckError
 from mtpcheck.families import ConcatOrder, MtpFamily, detect_family
 from mtpcheck.families.layout import lookup
 from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, TOP_LEVEL, Kind
-from mtpcheck.mapping.transforms import Qkv
+from mtpcheck.mapping.transforms import Gdn, Qkv
 
 Side = Literal["hf", "megatron"]
 
@@ -33,6 +33,7 @@ class TensorMapping:
     hf: tuple[str, ...]
     kind: Kind
     qkv: Qkv | None = None
+    gdn: Gdn | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,25 @@ def qkv_layout(family: MtpFamily, config: Mapping[str, Any]) -> Qkv:
     return Qkv(heads, groups, head_dim, gated=family.gated_attention)
 
 
+def gdn_layout(config: Mapping[str, Any]) -> Gdn | None:
+    """The gated-delta-net head layout, for configs with linear-attention layers."""
+    sizes = [
+        _int(config, key)
+        for key in (
+            "linear_num_key_heads",
+            "linear_key_head_dim",
+            "linear_num_value_heads",
+            "linear_value_head_dim",
+        )
+    ]
+    if any(v is None for v in sizes):
+        return None
+    nk, dk, nv, dv = (int(v) for v in sizes)  # type: ignore[arg-type]
+    if nk <= 0 or nv % nk:
+        raise MappingError(f"linear_num_value_heads {nv} is not a multiple of {nk} key heads")
+    return Gdn(nk, dk, nv, dv)
+
+
 def _fill(template: str, i: int, base: int) -> str:
     return template.replace("{i}", str(i)).replace("{n}", str(base + i))
 
@@ -127,6 +147,7 @@ def _layer(
     side: Side,
     qkv: Qkv,
     family: MtpFamily,
+    gdn: Gdn | None = None,
 ) -> list[TensorMapping]:
     out = []
     experts = _experts(names, hf_prefix if side == "hf" else meg_prefix, side)
@@ -153,7 +174,17 @@ def _layer(
                     continue
             elif meg not in names:
                 continue
-            out.append(TensorMapping(meg, hf, rule.kind, qkv if rule.kind is Kind.QKV else None))
+            if rule.kind is Kind.GDN_IN_PROJ and gdn is None:
+                raise MappingError(f"{hf[0]}: config lacks the linear_* gated delta net sizes")
+            out.append(
+                TensorMapping(
+                    meg,
+                    hf,
+                    rule.kind,
+                    qkv if rule.kind is Kind.QKV else None,
+                    gdn if rule.kind is Kind.GDN_IN_PROJ else None,
+                )
+            )
     return out
 
 
@@ -165,15 +196,17 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
     if base is None:
         raise MappingError("config lacks num_hidden_layers")
     qkv = qkv_layout(family, hf_config)
+    gdn = gdn_layout(hf_config)
     mtp = _mtp_count(side, family, names, hf_config, base)
 
     mappings: list[TensorMapping] = []
     for k in range(base):
-        mappings += _layer(f"model.layers.{k}.", f"decoder.layers.{k}.", names, side, qkv, family)
+        hf_layer, meg_layer = f"model.layers.{k}.", f"decoder.layers.{k}."
+        mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn)
     for i in range(mtp):
         inner_hf = _fill(family.layer_prefix, i, base)
         inner_meg = f"mtp.layers.{i}.transformer_layer."
-        mappings += _layer(inner_hf, inner_meg, names, side, qkv, family)
+        mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn)
         for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
             if "{" not in template and i > 0:
                 continue

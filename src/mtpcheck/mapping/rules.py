@@ -21,6 +21,9 @@ class Kind(str, enum.Enum):
     """Grouped-query interleave of q, k, v (see :mod:`mtpcheck.mapping.transforms`)."""
     SWAP_HALVES = "swap_halves"
     """Projection whose two input halves are in the opposite order (MiMo)."""
+    GDN_IN_PROJ = "gdn_in_proj"
+    """Gated delta net: HF ``in_proj_qkvz`` + ``in_proj_ba`` regrouped into megatron-core's
+    fused ``in_proj`` (see :class:`mtpcheck.mapping.transforms.Gdn`)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class LayerRule:
 _R = LayerRule
 _QKV = Kind.QKV
 _CAT = Kind.CONCAT_ROWS
+_GDN = "self_attention."
 
 DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("input_layernorm.weight",), "input_layernorm.weight"),
@@ -70,6 +74,30 @@ DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("self_attn.kv_a_proj_with_mqa.weight",), "self_attention.linear_kv_down_proj.weight"),
     _R(("self_attn.kv_a_layernorm.weight",), "self_attention.kv_layernorm.weight"),
     _R(("self_attn.kv_b_proj.weight",), "self_attention.linear_kv_up_proj.weight"),
+    # DSA indexer of GLM-5 / DeepSeek-V3.2 (megatron-core
+    # transformer/experimental_attention_variant/dsa.py, ``DSAIndexer``)
+    _R(
+        ("self_attn.indexer.wq_b.weight",),
+        "self_attention.core_attention.indexer.linear_wq_b.weight",
+    ),
+    _R(("self_attn.indexer.wk.weight",), "self_attention.core_attention.indexer.linear_wk.weight"),
+    _R(("self_attn.indexer.k_norm.weight",), "self_attention.core_attention.indexer.k_norm.weight"),
+    _R(("self_attn.indexer.k_norm.bias",), "self_attention.core_attention.indexer.k_norm.bias"),
+    _R(
+        ("self_attn.indexer.weights_proj.weight",),
+        "self_attention.core_attention.indexer.linear_weights_proj.weight",
+    ),
+    # gated delta net (Qwen3-Next linear attention; megatron-core ssm/gated_delta_net.py)
+    _R(
+        ("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"),
+        _GDN + "in_proj.weight",
+        Kind.GDN_IN_PROJ,
+    ),
+    _R(("linear_attn.conv1d.weight",), _GDN + "conv1d.weight"),
+    _R(("linear_attn.A_log",), _GDN + "A_log"),
+    _R(("linear_attn.dt_bias",), _GDN + "dt_bias"),
+    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight"),
+    _R(("linear_attn.out_proj.weight",), _GDN + "out_proj.weight"),
     # dense SwiGLU MLP
     _R(("mlp.gate_proj.weight", "mlp.up_proj.weight"), "mlp.linear_fc1.weight", _CAT),
     _R(("mlp.down_proj.weight",), "mlp.linear_fc2.weight"),

@@ -87,3 +87,62 @@ def qkv_from_megatron(q: Qkv, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
         gate = query[:, heads_per_group * d :].reshape((q.num_heads, 1, d, *tail))
         query = np.concatenate([qq, gate], axis=1)
     return query.reshape((-1, *tail)), k, v
+
+
+@dataclass(frozen=True)
+class Gdn:
+    """Gated-delta-net head layout (Qwen3-Next ``linear_attn``).
+
+    HF stores the input projection as two tensors grouped by key head: ``in_proj_qkvz`` rows are
+    ``[q_h, k_h, v_h, z_h]`` for each key head ``h`` (``v`` and ``z`` hold the value heads of
+    that group), ``in_proj_ba`` rows are ``[b_h, a_h]``. megatron-core's fused ``in_proj`` is
+    ``[q; k; v; z; beta; alpha]``, each part head-major over all heads.
+    """
+
+    key_heads: int
+    key_dim: int
+    value_heads: int
+    value_dim: int
+
+    @property
+    def ratio(self) -> int:
+        return self.value_heads // self.key_heads
+
+    def qkvz_widths(self) -> tuple[int, int, int, int]:
+        """Rows of q, k, v, z per key head."""
+        vz = self.ratio * self.value_dim
+        return self.key_dim, self.key_dim, vz, vz
+
+    def rows(self) -> tuple[int, int]:
+        """Rows of HF ``in_proj_qkvz`` and ``in_proj_ba``."""
+        return self.key_heads * sum(self.qkvz_widths()), 2 * self.value_heads
+
+
+def _by_key_head(g: Gdn, x: np.ndarray, widths: Sequence[int]) -> list[np.ndarray]:
+    grouped = x.reshape((g.key_heads, sum(widths), *x.shape[1:]))
+    bounds = np.cumsum([0, *widths])
+    return [
+        grouped[:, bounds[j] : bounds[j + 1]].reshape((-1, *x.shape[1:]))
+        for j in range(len(widths))
+    ]
+
+
+def gdn_in_proj_to_megatron(g: Gdn, qkvz: np.ndarray, ba: np.ndarray) -> np.ndarray:
+    """HF ``in_proj_qkvz`` + ``in_proj_ba`` -> megatron-core's fused ``in_proj``."""
+    parts = _by_key_head(g, qkvz, g.qkvz_widths())
+    parts += _by_key_head(g, ba, (g.ratio, g.ratio))
+    return np.concatenate(parts, axis=0)
+
+
+def gdn_in_proj_from_megatron(g: Gdn, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`gdn_in_proj_to_megatron`."""
+    tail = w.shape[1:]
+    widths = (*g.qkvz_widths(), g.ratio, g.ratio)
+    sizes = [g.key_heads * width for width in widths]
+    pieces = split_rows(w, sizes)
+    per_head = [
+        p.reshape((g.key_heads, width, *tail)) for p, width in zip(pieces, widths, strict=True)
+    ]
+    qkvz = np.concatenate(per_head[:4], axis=1).reshape((-1, *tail))
+    ba = np.concatenate(per_head[4:], axis=1).reshape((-1, *tail))
+    return qkvz, ba

@@ -70,6 +70,12 @@ def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int
     if m.kind in (Kind.COPY, Kind.SWAP_HALVES):
         return [shape]
     tail = shape[1:]
+    if m.kind is Kind.GDN_IN_PROJ:
+        assert m.gdn is not None
+        qkvz, ba = m.gdn.rows()
+        if shape[0] != qkvz + ba:
+            raise MappingError(f"{m.megatron}: {shape[0]} rows do not match {m.gdn}")
+        return [(qkvz, *tail), (ba, *tail)]
     if m.kind is Kind.CONCAT_ROWS:
         parts = len(m.hf)
         if shape[0] % parts:
@@ -92,6 +98,9 @@ def forward(m: TensorMapping, parts: list[np.ndarray]) -> np.ndarray:
         return tf.swap_column_halves(parts[0])
     if m.kind is Kind.CONCAT_ROWS:
         return tf.concat_rows(parts)
+    if m.kind is Kind.GDN_IN_PROJ:
+        assert m.gdn is not None
+        return tf.gdn_in_proj_to_megatron(m.gdn, *parts)
     assert m.qkv is not None
     return tf.qkv_to_megatron(m.qkv, *parts)
 
@@ -104,6 +113,10 @@ def backward(m: TensorMapping, whole: np.ndarray) -> list[np.ndarray]:
         return [tf.swap_column_halves(whole)]
     if m.kind is Kind.CONCAT_ROWS:
         return tf.split_rows(whole, [s[0] for s in _backward_shapes(m, whole.shape)])
+    if m.kind is Kind.GDN_IN_PROJ:
+        assert m.gdn is not None
+        _backward_shapes(m, whole.shape)  # validates the row count
+        return list(tf.gdn_in_proj_from_megatron(m.gdn, whole))
     assert m.qkv is not None
     return list(tf.qkv_from_megatron(m.qkv, whole))
 
