@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 
-def _to_megatron(src: Path, dst: Path, edit) -> None:  # type: ignore[no-untyped-def]
+def _to_megatron(src: Path, dst: Path, edit, mtp_off: bool = False) -> None:  # type: ignore[no-untyped-def]
     from mtpcheck.convert import megatron_config
     from mtpcheck.convert.builtin import _torch_tensor
     from mtpcheck.convert.torch_dist_writer import write_torch_dist
@@ -26,6 +26,9 @@ def _to_megatron(src: Path, dst: Path, edit) -> None:  # type: ignore[no-untyped
     key = view.plan.family.key
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
     args = megatron_config.args_namespace(hf.config, key)
+    if mtp_off:  # the model provider builds no MTP block: mtp_num_layers None
+        kwargs["mtp_num_layers"] = None
+        args = megatron_config.args_namespace(hf.config, key, mtp_num_layers=None)
     write_torch_dist(dst, tensors, kwargs, args, "release")
 
 
@@ -58,6 +61,9 @@ def main() -> None:
         _to_megatron(src, dst, upcast)
     elif mode == "drop-mtp-weights":
         _to_megatron(src, dst, lambda t: [t.pop(n) for n in list(t) if n.startswith("mtp.")])
+    elif mode == "mtp-off":  # Megatron-Bridge's GLM-5 bridge by default
+        drop = lambda t: [t.pop(n) for n in list(t) if n.startswith("mtp.")]  # noqa: E731
+        _to_megatron(src, dst, drop, mtp_off=True)
     elif mode == "no-swap-back":
 
         def swap(t: dict) -> None:

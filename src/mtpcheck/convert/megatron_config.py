@@ -121,6 +121,15 @@ FAMILIES: Mapping[str, FamilyInfo] = {
             "the TELinear stub raises, and the local DotProductAttention rejects k_channels",
         ),
         FamilyInfo(
+            "glm_moe_dsa",
+            "te",
+            False,
+            "MLA with the DSA indexer: megatron-core's DSA attention needs Transformer Engine; "
+            "the writer writes the layout of megatron-core >= 0.17's experimental DSA spec "
+            "(unfused input norm, standalone q/kv norms, indexer under "
+            "self_attention.core_attention.indexer) without building the model",
+        ),
+        FamilyInfo(
             "qwen3_next",
             "te",
             False,
@@ -261,6 +270,18 @@ def transformer_config_kwargs(hf_config: Mapping[str, Any], family_key: str) -> 
     elif family_key == "deepseek_v3":
         kw.update(_mla_kwargs(cfg))
         kw.update(_deepseek_style_moe(cfg, num_layers))
+    elif family_key == "glm_moe_dsa":
+        kw.update(_mla_kwargs(cfg))
+        kw.update(_deepseek_style_moe(cfg, num_layers))
+        kw.update(
+            {
+                "transformer_impl": "transformer_engine",
+                "experimental_attention_variant": "dsa",
+                "dsa_indexer_n_heads": int(cfg["index_n_heads"]),
+                "dsa_indexer_head_dim": int(cfg["index_head_dim"]),
+                "dsa_indexer_topk": int(cfg["index_topk"]),
+            }
+        )
     elif family_key == "qwen3_next":
         kw.update(
             {

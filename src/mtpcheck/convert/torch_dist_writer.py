@@ -50,6 +50,8 @@ CONTENT_METADATA: Mapping[str, Any] = {
 }
 """What Megatron-LM 0.16 stores as ``content_metadata`` and passes to ``sharded_state_dict``."""
 
+TE_VARIANTS = ("gated_delta_net", "dsa")
+"""megatron-core's experimental attention variants (Transformer Engine specs) written here."""
 _REPLICA = (0, 0, 0)
 _DECODER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
 # megatron-core >= 0.17 names the inner layer ``mtp_model_layer`` in memory, on disk still
@@ -77,20 +79,21 @@ class _Layout:
     moe_layers: frozenset[int] = frozenset()
     row_parts: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
     """Module suffix -> (part name, rows) of tensors megatron-core stores split by rows."""
+    fused_input: bool = True
+    """TE layers fuse the input norm into their first linear (not DSA's MLA attention)."""
 
     @classmethod
     def of(cls, transformer_kwargs: Mapping[str, Any]) -> _Layout:
         kw = transformer_kwargs
         impl = kw.get("transformer_impl", "local")
-        te = impl == "transformer_engine" and kw.get("experimental_attention_variant") == (
-            "gated_delta_net"
-        )
+        variant = kw.get("experimental_attention_variant")
+        te = impl == "transformer_engine" and variant in TE_VARIANTS
         if impl != "local" and not te:
             # TE modules carry their own extra state, which cannot be reproduced (or checked)
-            # without Transformer Engine; only the gated delta net's layout is known here.
+            # without Transformer Engine; only the experimental variants' layouts are known.
             raise NotImplementedError(
-                f"only local-spec models and the gated delta net can be written, "
-                f"not transformer_impl={impl!r}"
+                f"only local-spec models and the {' / '.join(TE_VARIANTS)} variants can be "
+                f"written, not transformer_impl={impl!r}"
             )
         n = int(kw["num_layers"])
         return cls(
@@ -106,19 +109,21 @@ class _Layout:
             moe_layers=frozenset(k for k, v in enumerate(layer_pattern(kw, "moe_layer_freq")) if v)
             if kw.get("num_moe_experts")
             else frozenset(),
-            row_parts=_gdn_row_parts(kw) if te else {},
+            row_parts=_gdn_row_parts(kw) if variant == "gated_delta_net" else {},
+            fused_input=variant == "gated_delta_net",
         )
 
     def layer_key_map(self, layer: int) -> Mapping[str, str]:
         """Norm renames inside decoder layer ``layer`` (the MTP layer is built like the last)."""
         if not self.te:
             return self.key_map
-        fused_input = (
-            "self_attention.in_proj.layer_norm_"
-            if layer in self.linear_layers
-            else "self_attention.linear_qkv.layer_norm_"
-        )
-        renames = {"input_layernorm.": fused_input}
+        renames: dict[str, str] = {}
+        if self.fused_input:
+            renames["input_layernorm."] = (
+                "self_attention.in_proj.layer_norm_"
+                if layer in self.linear_layers
+                else "self_attention.linear_qkv.layer_norm_"
+            )
         if layer not in self.moe_layers:
             renames["pre_mlp_layernorm."] = "mlp.linear_fc1.layer_norm_"
         return renames
