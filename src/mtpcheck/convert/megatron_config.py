@@ -507,6 +507,9 @@ def _mla_names(kw: Mapping[str, Any], spec: str) -> dict[str, Shape]:
     q_lora, kv_lora = kw.get("q_lora_rank"), int(kw["kv_lora_rank"])
     qk, rope, v = int(kw["qk_head_dim"]), int(kw["qk_pos_emb_head_dim"]), int(kw["v_head_dim"])
     norms = bool(kw.get("qk_layernorm"))
+    dsa = kw.get("experimental_attention_variant") == "dsa"
+    if dsa:
+        spec = "local"  # megatron-core's DSA spec keeps the q / kv norms standalone
     p = "self_attention."
     out: dict[str, Shape] = {"input_layernorm.weight": (h,)}
     if q_lora:
@@ -523,6 +526,14 @@ def _mla_names(kw: Mapping[str, Any], spec: str) -> dict[str, Shape]:
         key = "kv_layernorm.weight" if spec == "local" else "linear_kv_up_proj.layer_norm_weight"
         out[p + key] = (kv_lora,)
     out[p + "linear_proj.weight"] = (h, nq * v)
+    if dsa:
+        heads, dim = int(kw["dsa_indexer_n_heads"]), int(kw["dsa_indexer_head_dim"])
+        i = p + "core_attention.indexer."
+        out[i + "linear_wq_b.weight"] = (heads * dim, int(q_lora or h))
+        out[i + "linear_wk.weight"] = (dim, h)
+        out[i + "k_norm.weight"] = (dim,)
+        out[i + "k_norm.bias"] = (dim,)
+        out[i + "linear_weights_proj.weight"] = (heads, h)
     return out
 
 
