@@ -263,6 +263,7 @@ def test_stacking_per_family() -> None:
         "glm4_moe": False,
         "mimo": True,
         "deepseek_v3": False,
+        "glm_moe_dsa": False,
         "qwen3_next": False,
     }
     assert [f for f, info in mc.FAMILIES.items() if info.builds_on_cpu] == ["glm4_moe", "mimo"]
