@@ -49,12 +49,16 @@ def _megatron_module(hf_config: dict[str, Any]) -> Any:
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel()
     torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    gated_delta_net.HAVE_FLA = True
+    # megatron-core 0.16 defines the flag in the module, >= 0.17 in gated_delta_net/common.py
+    for module in (gated_delta_net, sys.modules.get(gated_delta_net.__name__ + ".common")):
+        if module is not None:
+            module.HAVE_FLA = True
     kw = transformer_config_kwargs(hf_config, "qwen3_next")
     kw["transformer_impl"] = "local"
     # torch's norm has no zero-centred gamma; it changes forward only, not what is stored
     kw["layernorm_zero_centered_gamma"] = False
     kw["perform_initialization"] = False  # values come from the checkpoint
+    kw["deterministic_mode"] = True  # megatron-core >= 0.17 then picks its torch kernel
     kw = {k: v for k, v in kw.items() if not k.startswith("moe_") and k != "num_moe_experts"}
     config = TransformerConfig(**kw)
     submodules = gated_delta_net.GatedDeltaNetSubmodules(

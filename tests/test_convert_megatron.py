@@ -20,6 +20,7 @@ from mtpcheck.convert.builtin import hf_to_megatron
 from mtpcheck.convert.torch_dist_writer import single_process_group
 from mtpcheck.errors import InputError
 from mtpcheck.formats import open_checkpoint
+from mtpcheck.formats.megatron_common import canonical_name
 from mtpcheck.mapping import as_megatron
 from tests.conftest import FIXTURES
 from tests.megatron_models import build_gpt_model, strict_load
@@ -31,6 +32,12 @@ def _raw(t: torch.Tensor) -> bytes:
     return t.detach().contiguous().view(torch.uint8).numpy().tobytes()
 
 
+def _canonical(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Parameters under canonical names (megatron-core >= 0.17 calls the MTP layer's inner
+    layer ``mtp_model_layer`` in memory)."""
+    return {canonical_name(k): v for k, v in state.items() if not k.endswith("_extra_state")}
+
+
 @pytest.mark.parametrize("family", BUILT)
 def test_converted_checkpoint_loads_strictly_into_megatron_core(
     family: str, tmp_path: Path
@@ -40,11 +47,11 @@ def test_converted_checkpoint_loads_strictly_into_megatron_core(
     expected = as_megatron(hf)
     with single_process_group():
         model = build_gpt_model(dict(hf.config), family, seed=7)
-        state = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+        state = _canonical(model.state_dict())
         assert set(state) == set(expected.tensors)
         before = {k: _raw(v) for k, v in state.items()}
         strict_load(model, ckpt_dir)
-        loaded = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+        loaded = _canonical(model.state_dict())
     changed = 0
     for name, tensor in loaded.items():
         meta = expected.tensors[name]

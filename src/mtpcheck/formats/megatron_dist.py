@@ -61,7 +61,12 @@ from mtpcheck.formats.megatron_common import (
     tensor_chunks,
     unpadded_rows,
 )
-from mtpcheck.formats.safe_pickle import load_raw_pickle, load_tensor_blob, load_torch_file
+from mtpcheck.formats.safe_pickle import (
+    load_raw_pickle,
+    load_tensor_blob,
+    load_torch_bytes,
+    load_torch_file,
+)
 from mtpcheck.formats.torch_save_record import locate_tensor
 from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
 
@@ -164,8 +169,8 @@ class MegatronDistReader:
                 "metadata.json is missing (the save did not finish; metadata.json is written last)",
             )
         _check_metadata_json(directory / "metadata.json")
-        config, config_path, issues = _load_config(directory, self.trust_pickle)
         metadata = load_raw_pickle(metadata_file, trust_pickle=self.trust_pickle)
+        config, config_path, issues = _load_config(directory, metadata, self.trust_pickle)
         plans, plan_issues = _build_plans(metadata_file, metadata, config)
         issues.extend(plan_issues)
         tensors, range_issues = _tensor_metas(directory, plans)
@@ -204,18 +209,67 @@ def _check_metadata_json(path: Path) -> None:
 # --- config ---------------------------------------------------------------------------------
 
 
+COMMON_STATE_KEY = "common_state/"
+"""megatron-core >= 0.19 saves the common state (``args``, ``iteration``, ...) as this bytes
+item of the checkpoint itself instead of ``common.pt``."""
+MAX_COMMON_BYTES = 64 * 2**20
+
+
+def _embedded_common_state(
+    directory: Path, metadata: Any, trust_pickle: bool
+) -> tuple[Any, str] | None:
+    """The common state stored inside the data files, and where, if the save has one."""
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict):
+        return None
+    for index, info in storage.items():
+        fqn = getattr(index, "fqn", None)
+        if not isinstance(fqn, str) or not fqn.startswith(COMMON_STATE_KEY):
+            continue
+        relative = getattr(info, "relative_path", None)
+        offset, length = getattr(info, "offset", None), getattr(info, "length", None)
+        where = f"{directory / '.metadata'} ({fqn})"
+        if not isinstance(relative, str) or PurePosixPath(relative).name != relative:
+            raise InputError(where, f"points to {relative!r}, outside the checkpoint directory")
+        if not (isinstance(offset, int) and isinstance(length, int) and offset >= 0):
+            raise InputError(where, "has no valid byte range")
+        if not 0 < length <= MAX_COMMON_BYTES:
+            raise InputError(where, f"is {length} bytes; at most {MAX_COMMON_BYTES} are read")
+        try:
+            with open(directory / relative, "rb") as f:
+                f.seek(offset)
+                blob = f.read(length)
+        except OSError as e:
+            raise InputError(directory / relative, e.strerror or str(e)) from e
+        if len(blob) != length:
+            raise InputError(directory / relative, f"truncated: {fqn} lies past its end")
+        content = load_torch_bytes(blob, where, trust_pickle=trust_pickle)
+        # megatron-core saves the ShardedObject's data as a one-element list
+        if isinstance(content, list) and len(content) == 1:
+            content = content[0]
+        return content, where
+    return None
+
+
 def _load_config(
-    directory: Path, trust_pickle: bool
+    directory: Path, metadata: Any, trust_pickle: bool
 ) -> tuple[dict[str, Any], str | None, list[IntegrityIssue]]:
     config: dict[str, Any] = {}
     config_path: str | None = None
     issues: list[IntegrityIssue] = []
     common = directory / "common.pt"
+    embedded = (
+        None if common.is_file() else _embedded_common_state(directory, metadata, trust_pickle)
+    )
     if common.is_file():
         content = load_torch_file(common, trust_pickle=trust_pickle)
         args = content.get("args") if isinstance(content, dict) else None
         config.update(args_config(args))
         config_path = str(common)
+    elif embedded is not None:
+        content, config_path = embedded
+        args = content.get("args") if isinstance(content, dict) else None
+        config.update(args_config(args))
     else:
         issues.append(
             IntegrityIssue("missing-file", "common.pt", "common.pt is missing (no saved args)")

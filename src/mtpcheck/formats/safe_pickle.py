@@ -136,19 +136,31 @@ def _extra_pt_global(qualified_name: str) -> Any | None:
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
-def load_torch_file(path: str | Path, *, trust_pickle: bool = False, mmap: bool = False) -> Any:
-    """Load a ``torch.save`` file on CPU, resolving only allowlisted globals."""
+def load_torch_bytes(blob: bytes, where: str | Path, *, trust_pickle: bool = False) -> Any:
+    """:func:`load_torch_file` for a ``torch.save`` blob held in memory; ``where`` names it in
+    errors (megatron-core >= 0.19 keeps its common state as such a blob inside a data file)."""
+    return load_torch_file(where, trust_pickle=trust_pickle, blob=blob)
+
+
+def load_torch_file(
+    path: str | Path, *, trust_pickle: bool = False, mmap: bool = False, blob: bytes | None = None
+) -> Any:
+    """Load a ``torch.save`` file (or ``blob``, named ``path``) on CPU, resolving only
+    allowlisted globals."""
     import torch
 
+    def source() -> Any:
+        return str(path) if blob is None else io.BytesIO(blob)
+
     if trust_pickle:
-        return _load_trusted(path, mmap=mmap)
+        return _load_trusted(path, mmap=mmap, blob=blob)
     extra: list[tuple[Any, str]] = []
     try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(source())
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
     except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
-        if not zipfile.is_zipfile(str(path)):
+        if not zipfile.is_zipfile(source()):
             names = []  # legacy (non-zip) torch.save format: weights_only alone guards it
         else:
             raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
@@ -159,7 +171,7 @@ def load_torch_file(path: str | Path, *, trust_pickle: bool = False, mmap: bool 
         extra.append((obj, qualified_name))
     try:
         with torch.serialization.safe_globals(extra):
-            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
+            return torch.load(source(), map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
         found = _UNSUPPORTED_GLOBAL.search(str(e))
         if found:
@@ -202,12 +214,12 @@ _TRUSTING_PICKLE_MODULE = types.SimpleNamespace(
 )
 
 
-def _load_trusted(path: str | Path, *, mmap: bool) -> Any:
+def _load_trusted(path: str | Path, *, mmap: bool, blob: bytes | None = None) -> Any:
     import torch
 
     try:
         return torch.load(
-            str(path),
+            str(path) if blob is None else io.BytesIO(blob),
             map_location="cpu",
             weights_only=False,
             mmap=mmap,
