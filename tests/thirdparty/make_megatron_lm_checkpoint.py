@@ -89,8 +89,11 @@ def main() -> None:
         get_gpt_mtp_block_spec,
     )
     from megatron.training import global_vars
-    from megatron.training.arguments import core_transformer_config_from_args, parse_args
-    from megatron.training.arguments import validate_args
+    from megatron.training.arguments import (
+        core_transformer_config_from_args,
+        parse_args,
+        validate_args,
+    )
     from megatron.training.checkpointing import save_checkpoint
 
     args_list = list(ARGV)
