@@ -206,3 +206,63 @@ def test_stderr_carries_only_mtpcheck_lines_unless_debug(tmp_path: Path) -> None
     loud = convert("--debug")
     assert loud.returncode == 0, loud.stderr
     assert "Transformer Engine and Apex are not installed" in loud.stderr
+
+
+def _mtpcheck(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mtpcheck", *map(str, args)], capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("--junit-xml", "/no/such/dir/j.xml", "/no/such/dir does not exist"),
+        ("--markdown", "", "empty path (is the variable it came from unset?)"),
+        ("'--markdown'", "/tmp", "File '/tmp' is a directory."),  # click's own check
+    ],
+)
+def test_report_paths_are_checked_before_any_work(option: str, value: str, reason: str) -> None:
+    run = _mtpcheck("roundtrip", FIXTURES / "mimo", option.strip("'"), value)
+    assert run.returncode == 2
+    assert run.stdout == ""
+    # one line, and no stage ran ("mtpcheck: stage 1 ..." would come first)
+    assert run.stderr == f"mtpcheck: error: Invalid value for {option}: {reason}\n"
+
+
+def test_accept_plot_path_is_checked_before_any_work() -> None:
+    run = _mtpcheck(
+        "accept",
+        FIXTURES / "accept_deepseek_v3",
+        "--workload",
+        f"w={FIXTURES / 'accept_deepseek_v3' / 'workloads' / 'in_domain.jsonl'}",
+        "--plot",
+        "/no/such/dir/x.png",
+    )
+    assert run.returncode == 2
+    assert (
+        run.stderr == "mtpcheck: error: Invalid value for --plot: /no/such/dir does not exist\n"
+    )
+
+
+def test_usage_errors_are_one_line() -> None:
+    run = _mtpcheck("inspect")
+    assert run.returncode == 2
+    assert run.stderr == "mtpcheck: error: Missing argument 'PATH'.\n"
+
+
+def test_a_report_file_that_cannot_be_written_keeps_the_report(
+    run_cli, monkeypatch, tmp_path: Path
+) -> None:
+    """The path was fine when checked and went away during the work: the report still
+    reaches stdout and the exit code says the file was not written."""
+    from mtpcheck.cli import app
+
+    target = tmp_path / "gone" / "j.xml"
+    monkeypatch.setattr(app, "check_output_path", lambda option, path: None)
+    run = run_cli("inspect", FIXTURES / "mimo", "--format", "json", "--junit-xml", target)
+    assert run.exit_code == 2
+    assert json.loads(run.stdout)["ok"] is True
+    assert run.stderr == (
+        f"mtpcheck: error: {target}: cannot write the report file (No such file or directory)\n"
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mtpcheck.cli.app import cli, execute, make_options, output_options
+from mtpcheck.cli.app import check_output_path, cli, execute, make_options, output_options
 from mtpcheck.model import Report
 
 
@@ -118,5 +118,6 @@ def accept(
             write_plot(report, plot)
         return report
 
+    check_output_path("--plot", plot)
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
     raise SystemExit(execute("accept", build, opts))

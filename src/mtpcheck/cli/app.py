@@ -66,14 +66,38 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _emit(report: Report, opts: OutputOptions) -> None:
+def check_output_path(option: str, path: Path | None) -> None:
+    """Refuse a report path that cannot be written, before any work is done."""
+    if path is None:
+        return
+    if str(path) in ("", "."):
+        raise click.BadParameter(
+            "empty path (is the variable it came from unset?)", param_hint=option
+        )
+    if path.is_dir():
+        raise click.BadParameter(f"{path} is a directory", param_hint=option)
+    parent = path.parent
+    if not parent.is_dir():
+        raise click.BadParameter(f"{parent} does not exist", param_hint=option)
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise click.BadParameter(f"{path} is not writable", param_hint=option)
+
+
+def _emit(report: Report, opts: OutputOptions) -> str | None:
+    """Print the report, then write the report files; returns why a file could not be
+    written (the report on stdout is never lost to it)."""
     from mtpcheck.report import STDOUT_RENDERERS, JunitRenderer, MarkdownRenderer
 
+    STDOUT_RENDERERS[opts.format]().render(report, sys.stdout)
+    sys.stdout.flush()
     for renderer, path in ((JunitRenderer(), opts.junit_xml), (MarkdownRenderer(), opts.markdown)):
         if path is not None:
-            with open(path, "w", encoding="utf-8") as stream:
-                renderer.render(report, stream)
-    STDOUT_RENDERERS[opts.format]().render(report, sys.stdout)
+            try:
+                with open(path, "w", encoding="utf-8") as stream:
+                    renderer.render(report, stream)
+            except OSError as e:
+                return f"{path}: cannot write the report file ({e.strerror or e})"
+    return None
 
 
 def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> int:
@@ -81,9 +105,13 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     try:
         report = build()
         try:
-            _emit(report, opts)
+            unwritten = _emit(report, opts)
         except BrokenPipeError:  # `mtpcheck ... | head`: the reader left; the verdict stands
             _stdout_gone()
+            unwritten = None
+        if unwritten is not None:
+            click.echo(f"mtpcheck: error: {unwritten}", err=True)
+            return ExitCode.BAD_INPUT
     except MtpcheckError as e:
         if opts.debug:
             traceback.print_exc()
@@ -126,6 +154,8 @@ def make_options(
             "and can run code; use it only for files you vouch for",
             err=True,
         )
+    check_output_path("--junit-xml", junit_xml)
+    check_output_path("--markdown", markdown)
     return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle)
 
 
@@ -168,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
     except click.ClickException as e:
-        e.show()
+        # one line, as every other error; `--help` shows the usage
+        click.echo(f"mtpcheck: error: {e.format_message()}", err=True)
         return ExitCode.BAD_INPUT
     return ExitCode.OK
