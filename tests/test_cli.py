@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -240,9 +241,7 @@ def test_accept_plot_path_is_checked_before_any_work() -> None:
         "/no/such/dir/x.png",
     )
     assert run.returncode == 2
-    assert (
-        run.stderr == "mtpcheck: error: Invalid value for --plot: /no/such/dir does not exist\n"
-    )
+    assert run.stderr == "mtpcheck: error: Invalid value for --plot: /no/such/dir does not exist\n"
 
 
 def test_usage_errors_are_one_line() -> None:
@@ -266,3 +265,22 @@ def test_a_report_file_that_cannot_be_written_keeps_the_report(
     assert run.stderr == (
         f"mtpcheck: error: {target}: cannot write the report file (No such file or directory)\n"
     )
+
+
+@pytest.mark.parametrize("columns", ["80", "200", "junk"])
+def test_tensor_names_are_never_split_in_a_log(columns: str) -> None:
+    """stdout is a pipe (a CI log): every name must be greppable on one line."""
+    args = ["diff", FIXTURES / "glm4_moe", FIXTURES / "deepseek_v3", "--all"]
+    env = {**os.environ, "COLUMNS": columns}
+    table = subprocess.run(
+        [sys.executable, "-m", "mtpcheck", *map(str, args)], capture_output=True, text=True, env=env
+    )
+    report = json.loads(_mtpcheck(*args, "--format", "json").stdout)
+    (tensors,) = [c for c in report["checks"] if c["name"] == "tensors"]
+    names = [f["subject"] for f in tensors["findings"]][:25]  # what the table shows
+    assert any(len(n) > 45 for n in names)
+    lines = table.stdout.splitlines()
+    for name in names:
+        assert any(name in line for line in lines), name
+    if columns == "200":
+        assert max(len(line.rstrip()) for line in lines) <= 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 from rich.console import Console
@@ -101,6 +102,33 @@ def _acceptance_table(report: Report) -> Table:
     return table
 
 
+LOG_WIDTH = 120
+"""Width of the report in a log (stdout not a terminal) unless ``COLUMNS`` says otherwise."""
+MIN_FINDING = 40
+
+
+def _longest(report: Report) -> tuple[int, int]:
+    """Longest subject, and longest unbreakable word of a finding (a tensor name)."""
+    subject, word = 7, 7
+    for check in report.checks:
+        for f in check.findings[:MAX_ROWS_PER_CHECK]:
+            subject = max(subject, len(f.subject))
+            word = max(word, *(len(w) for w in f.message.split()), 0)
+    return subject, min(max(word, MIN_FINDING), 400)
+
+
+def _log_width(report: Report) -> int:
+    """``COLUMNS`` (or 120), widened until no name has to be split."""
+    try:
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        width = LOG_WIDTH
+    checks = max((len(c.name) for c in report.checks), default=5)
+    subject, word = _longest(report)
+    needed = len("status") + checks + subject + word + 3 * 2
+    return max(width, needed)
+
+
 class TableRenderer:
     name = "table"
 
@@ -109,7 +137,7 @@ class TableRenderer:
         self.width = width
 
     def render(self, report: Report, stream: TextIO) -> None:
-        width = self.width or (None if stream.isatty() else 120)
+        width = self.width or (None if stream.isatty() else _log_width(report))
         console = Console(
             file=stream,
             width=width,
@@ -125,10 +153,13 @@ class TableRenderer:
             console.print(_acceptance_table(report))
             console.print()
         checks = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-        checks.add_column("status")
+        subject_width, word_width = _longest(report)
+        checks.add_column("status", no_wrap=True)
         checks.add_column("check", no_wrap=True)
-        checks.add_column("subject", overflow="fold", ratio=2)
-        checks.add_column("finding", overflow="fold", ratio=3)
+        # a tensor name is never split across lines: the subject column is as wide as the
+        # longest subject, and findings wrap only at spaces
+        checks.add_column("subject", no_wrap=True, min_width=subject_width)
+        checks.add_column("finding", overflow="fold", ratio=1, min_width=word_width)
         for check in report.checks:
             shown = check.findings[:MAX_ROWS_PER_CHECK]
             for f in shown:
