@@ -239,10 +239,40 @@ def test_save_pretrained_drops_the_drafter(tmp_path: Path) -> None:
     for d in report.acceptance_deltas:
         assert d.alpha == pytest.approx(-original[d.workload].alpha)
     for check in report.checks:
-        assert [f.status for f in check.findings] == [Status.PASS, Status.WARN, Status.INFO]
-    assert report.ok  # no gate: "no drafter" is reported, not an error
+        assert [f.status for f in check.findings] == [Status.PASS, Status.FAIL, Status.INFO]
+        assert check.findings[1].message.endswith("; the config declares 1 MTP layer(s)")
+    # the config still promises a drafter: that fails the gate, --min-acceptance or not
+    assert not report.ok
     gated = run_accept(
         AcceptOptions(FIXTURE, workloads[:1], compare=tmp_path / "saved", min_acceptance=0.5)
     )
     assert not gated.ok
     assert [f.status for f in gated.checks[0].findings] == [Status.PASS, Status.FAIL, Status.INFO]
+
+
+@pytest.mark.parametrize(
+    ("declared", "status"), [(None, Status.WARN), (0, Status.WARN), (1, Status.FAIL)]
+)
+def test_no_drafter_fails_only_when_the_config_declares_one(
+    declared: int | None, status: Status
+) -> None:
+    from mtpcheck.accept.runner import _finding
+
+    r = AcceptanceResult(
+        checkpoint="ckpt",
+        workload="w",
+        drafter=False,
+        note="no MTP weights",
+        sequences=2,
+        positions=10,
+        greedy_hits=0,
+        greedy=0.0,
+        greedy_ci_low=None,
+        greedy_ci_high=None,
+        alpha=0.0,
+        alpha_ci_low=None,
+        alpha_ci_high=None,
+        tokens_per_pass=1.0,
+        temperature=1.0,
+    )
+    assert _finding(r, None, declared).status is status

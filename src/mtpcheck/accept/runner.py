@@ -245,7 +245,9 @@ def describe_delta(d: AcceptanceDelta) -> str:
     )
 
 
-def _finding(r: AcceptanceResult, min_acceptance: float | None) -> Finding:
+def _finding(
+    r: AcceptanceResult, min_acceptance: float | None, declared: int | None = None
+) -> Finding:
     details = {
         "greedy": r.greedy,
         "alpha": r.alpha,
@@ -258,6 +260,10 @@ def _finding(r: AcceptanceResult, min_acceptance: float | None) -> Finding:
         if r.alpha < min_acceptance:
             message = f"{describe(r)}; below --min-acceptance {min_acceptance:g}"
             return Finding(r.checkpoint, Status.FAIL, message, details)
+    if not r.drafter and declared:
+        # the config promises a drafter a serving engine will look for: the gate fails
+        message = f"{describe(r)}; the config declares {declared} MTP layer(s)"
+        return Finding(r.checkpoint, Status.FAIL, message, details)
     status = Status.PASS if r.drafter else Status.WARN
     return Finding(r.checkpoint, status, describe(r), details)
 
@@ -360,8 +366,11 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
 
     checks = []
     for workload in workloads:
+        declared = {c.path: a.declared.value for c, a in zip(ckpts, analyses, strict=True)}
         findings = [
-            _finding(r, options.min_acceptance) for r in results if r.workload == workload.name
+            _finding(r, options.min_acceptance, declared.get(r.checkpoint))
+            for r in results
+            if r.workload == workload.name
         ]
         findings += [
             Finding("B - A", Status.INFO, describe_delta(d), {"alpha": d.alpha, "greedy": d.greedy})
