@@ -1,0 +1,61 @@
+"""README's JSON example documents exactly the fields the reports have."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import FIXTURES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _readme_example() -> dict[str, Any]:
+    text = README.read_text()
+    block = text.split("## JSON report", 1)[1].split("```jsonc\n", 1)[1].split("```", 1)[0]
+    return json.loads(re.sub(r"\s+//[^\n]*", "", block))
+
+
+def _shape(report: dict[str, Any]) -> dict[str, set[str]]:
+    """Field names per place in a report."""
+    places: dict[str, set[str]] = {"": set(report)}
+
+    def first(items: Any) -> dict[str, Any]:
+        return items[0] if isinstance(items, list) and items else {}
+
+    inputs = first(report.get("inputs"))
+    places["inputs[]"] = set(inputs)
+    places["inputs[].mtp_layers[]"] = set(first(inputs.get("mtp_layers")))
+    check = first(report.get("checks"))
+    places["checks[]"] = set(check)
+    places["checks[].findings[]"] = set(first(check.get("findings")))
+    places["tensors[]"] = set(first(report.get("tensors")))
+    for key in ("acceptance", "acceptance_deltas"):
+        places[f"{key}[]"] = set(first(report.get(key)))
+    return places
+
+
+def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) -> None:
+    example = _shape(_readme_example())
+    runs = [
+        run_cli("inspect", FIXTURES / "deepseek_v3", "--format", "json"),
+        run_cli("diff", FIXTURES / "mimo", FIXTURES / "mimo", "--format", "json"),
+        run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path, "--format", "json"),
+    ]
+    real: dict[str, set[str]] = {}
+    for run in runs:
+        assert run.exit_code == 0, run
+        for place, keys in _shape(json.loads(run.stdout)).items():
+            real.setdefault(place, set()).update(keys)
+    for place, keys in real.items():
+        assert keys <= example[place], (place, keys - example[place])
+    accept_only = {"acceptance", "acceptance_deltas"}
+    for place, keys in example.items():
+        if place.startswith(tuple(accept_only)):
+            continue
+        assert keys - accept_only <= real[place], (place, keys - real[place])
+    commands = re.search(r'"command": "inspect",\s+// or (.*)', README.read_text())
+    assert commands is not None
+    assert set(re.findall(r'"(\w+)"', commands.group(1))) == {"diff", "roundtrip", "accept"}
