@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -284,3 +285,55 @@ def test_tensor_names_are_never_split_in_a_log(columns: str) -> None:
         assert any(name in line for line in lines), name
     if columns == "200":
         assert max(len(line.rstrip()) for line in lines) <= 200
+
+
+def test_roundtrip_of_a_megatron_checkpoint_is_usage_not_a_finding() -> None:
+    megatron = Path(__file__).parent / "data" / "megatron_lm_0192"
+    run = _mtpcheck("roundtrip", megatron)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (
+        f"mtpcheck: error: {megatron}: is a megatron-torch-dist checkpoint; the round trip and "
+        "hf-to-megatron start from an HF safetensors checkpoint (compare a Megatron checkpoint "
+        "with its HF source with `mtpcheck diff HF MEGATRON`)\n"
+    )
+
+
+def test_roundtrip_of_a_family_the_builtin_converter_lacks_says_what_to_do(
+    fixture_copy, tmp_path: Path
+) -> None:
+    src = fixture_copy("glm4_moe")
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "model_type": "longcat_flash"}))
+    run = _mtpcheck("roundtrip", src, "--workdir", tmp_path / "w")
+    assert run.returncode == 2
+    assert run.stderr == (
+        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for LongCat-Flash yet; bring your "
+        "own converter with --to-megatron and --to-hf\n"
+    )
+
+
+def test_convert_refuses_a_full_destination_before_importing_megatron(tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "keep").write_text("x")
+    code = (
+        "import sys\n"
+        "from mtpcheck.cli import main\n"
+        f"rc = main(['convert', 'hf-to-megatron', {str(FIXTURES / 'mimo')!r}, {str(dst)!r}])\n"
+        "print(rc, any(m.startswith('megatron') for m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["2", "False"]
+    assert done.stderr == (
+        f"mtpcheck: error: {dst}: destination exists and is not empty; refusing to overwrite\n"
+    )
+    assert (dst / "keep").read_text() == "x"
+
+
+def test_convert_says_what_it_wrote(tmp_path: Path) -> None:
+    run = _mtpcheck("convert", "hf-to-megatron", FIXTURES / "mimo", tmp_path / "m")
+    assert run.returncode == 0, run.stderr
+    assert re.fullmatch(
+        rf"mtpcheck: wrote {tmp_path / 'm' / 'release'} \(43 tensors, 19\.00 KiB\) in [0-9.]+ s\n",
+        run.stderr,
+    ), run.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ import click
 from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
 from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.model import Report
+from mtpcheck.report.table import human_size
 
 if TYPE_CHECKING:
     from mtpcheck.pipeline.roundtrip import RoundtripOptions
@@ -124,10 +126,21 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
     """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST."""
 
     def action() -> None:
-        from mtpcheck.convert.builtin import hf_to_megatron as run
+        from mtpcheck.convert.builtin import empty_destination, require_writable
         from mtpcheck.formats import open_checkpoint
 
-        run(open_checkpoint(src), dst)
+        empty_destination(dst)  # before megatron-core's import (seconds)
+        hf = open_checkpoint(src)
+        require_writable(hf)
+        started = time.monotonic()
+        from mtpcheck.convert.builtin import hf_to_megatron as run
+
+        written = run(hf, dst)
+        _log(
+            f"wrote {written} ({len(hf.tensors)} tensors, "
+            f"{human_size(sum(m.nbytes for m in hf.tensors.values()))}) in "
+            f"{time.monotonic() - started:.1f} s"
+        )
 
     raise SystemExit(run_action(action, debug))
 
@@ -152,10 +165,18 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
     """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST."""
 
     def action() -> None:
+        from mtpcheck.convert.builtin import empty_destination
         from mtpcheck.convert.builtin import megatron_to_hf as run
         from mtpcheck.formats import open_checkpoint
         from mtpcheck.formats.config_json import read_config
 
-        run(open_checkpoint(src), dst, read_config(hf_config), copies)
+        empty_destination(dst)
+        started = time.monotonic()
+        files = run(open_checkpoint(src), dst, read_config(hf_config), copies)
+        size = sum(f.stat().st_size for f in files)
+        _log(
+            f"wrote {dst} ({len(files)} safetensors file(s), {human_size(size)}) in "
+            f"{time.monotonic() - started:.1f} s"
+        )
 
     raise SystemExit(run_action(action, debug))

@@ -34,6 +34,41 @@ _TORCH_DTYPE = {
 }
 
 
+HF_FORMAT = "hf-safetensors"
+OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
+
+
+def require_writable(hf: Checkpoint) -> str:
+    """The writer's family key for ``hf``; input the built-in converter cannot take is
+    refused up front, saying what to do instead (an :class:`InputError`: exit 2)."""
+    from mtpcheck.convert import megatron_config
+    from mtpcheck.mapping.plan import MappingError, mappable_family
+
+    if hf.format != HF_FORMAT:
+        raise InputError(
+            hf.path,
+            f"is a {hf.format} checkpoint; the round trip and hf-to-megatron start from an HF "
+            "safetensors checkpoint (compare a Megatron checkpoint with its HF source with "
+            "`mtpcheck diff HF MEGATRON`)",
+        )
+    try:
+        family = mappable_family(hf.config)
+    except MappingError as e:
+        raise InputError(hf.path, f"{e}; {OWN_CONVERTER}") from e
+    key = WRITER_FAMILY.get(family.key, family.key)
+    info = megatron_config.FAMILIES.get(key)
+    if info is None or not info.writable:
+        raise InputError(
+            hf.path, f"the built-in converter cannot write {family.display} yet; {OWN_CONVERTER}"
+        )
+    return key
+
+
+def empty_destination(dst: Path) -> None:
+    """Refuse a destination that holds anything (checked before any work)."""
+    _empty_destination(dst)
+
+
 def _empty_destination(dst: Path) -> None:
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise InputError(dst, "destination exists and is not empty; refusing to overwrite")
@@ -195,14 +230,9 @@ def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
     from mtpcheck.convert import megatron_config
     from mtpcheck.convert.torch_dist_writer import write_torch_dist
 
+    key = require_writable(hf)
     view = as_megatron(hf)
     require_complete(view.plan, hf.path)
-    family = view.plan.family
-    key = WRITER_FAMILY.get(family.key, family.key)
-    info = megatron_config.FAMILIES.get(key)
-    if info is None or not info.writable:
-        why = f": {info.note}" if info else ""
-        raise InputError(hf.path, f"the built-in converter cannot write {family.display} yet{why}")
     _empty_destination(dst)
     tensors = _OneAtATime(view)
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)

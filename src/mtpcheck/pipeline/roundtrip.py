@@ -194,6 +194,8 @@ def convert(
     else:
         source_path = opts.source
     source = open_checkpoint(source_path)
+    if not opts.to_megatron or not opts.to_hf:
+        builtin.require_writable(source)  # the built-in stages need a family they can map
     check_disk(work, int(DISK_MARGIN * 2 * sum(m.nbytes for m in source.tensors.values())))
 
     megatron_dir = work / "megatron"

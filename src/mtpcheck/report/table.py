@@ -21,6 +21,14 @@ STYLE = {
 MAX_ROWS_PER_CHECK = 25
 
 
+def human_size(nbytes: int) -> str:
+    """``1.02 GiB``, ``512.00 KiB``, ``80 bytes``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
 def _input_table(s: CheckpointSummary, label: str) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False, title_justify="left")
     table.title = Text(f"{label}{s.path}", style="bold")
@@ -33,7 +41,7 @@ def _input_table(s: CheckpointSummary, label: str) -> Table:
         ("family", f"{s.family_display} (model_type {s.model_type or 'absent'})"),
         ("declared MTP layers", f"{declared} ({s.declared_by})"),
         ("hidden layers", hidden),
-        ("tensors", f"{s.tensor_count} ({s.total_bytes:,} bytes)"),
+        ("tensors", f"{s.tensor_count} ({s.total_bytes:,} bytes, {human_size(s.total_bytes)})"),
     ]
     for layer in s.mtp_layers:
         state = "complete" if layer.complete else f"{len(layer.missing)} missing"
@@ -41,7 +49,7 @@ def _input_table(s: CheckpointSummary, label: str) -> Table:
             (
                 f"MTP layer {layer.index}",
                 f"{layer.prefix or '(heuristic)'}  {len(layer.present)} tensors, "
-                f"{layer.nbytes:,} bytes, {'/'.join(layer.dtypes) or '-'}, {state}",
+                f"{human_size(layer.nbytes)}, {'/'.join(layer.dtypes) or '-'}, {state}",
             )
         )
     for key, value in rows:
