@@ -186,7 +186,15 @@ def test_checkpoint_without_tokenizer_needs_one(run_cli, tmp_path: Path) -> None
     workload.write_text("w01 w02\n")
     run = run_cli("accept", FIXTURES / "deepseek_v3", "--workload", f"w={workload}")
     assert run.exit_code == 2, run
-    assert "no tokenizer that AutoTokenizer can load offline" in run.stderr
+    assert run.stderr.startswith(
+        f"mtpcheck: error: {FIXTURES / 'deepseek_v3'}: no tokenizer that AutoTokenizer can "
+        "load offline ("
+    )
+    # one line, whole, and it says what to do
+    assert run.stderr.endswith(
+        "); point --tokenizer DIR at the folder that holds the model's tokenizer files\n"
+    )
+    assert run.stderr.count("\n") == 1
 
 
 def test_cuda_without_a_device_is_refused(run_cli, tmp_path: Path) -> None:

@@ -221,6 +221,8 @@ def test_synthetic_round_trip_from_a_config_only(run_cli, tmp_path: Path) -> Non
     source = _report(run)["inputs"][0]
     assert source["family"] == "deepseek_v3" and source["declared_mtp_layers"] == 1
     assert source["mtp_layers"][0]["complete"]
+    # not the temporary folder, which is gone when the report is read
+    assert source["path"] == f"synthetic checkpoint built from {config}"
 
 
 def test_sigint_removes_temporary_checkpoints(tmp_path: Path) -> None:

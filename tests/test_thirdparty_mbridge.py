@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck.checks.roundtrip_checks import SCOPE_MEGATRON
 from tests.conftest import FIXTURES, Run
 from tests.thirdparty.runs import MBRIDGE, Kept, Roundtrips
 from tests.thirdparty.tools import require
@@ -142,7 +143,9 @@ def test_glm_megatron_output_declares_no_count_and_holds_no_mtp(glm: Kept) -> No
 
 def test_glm_stage1_names_every_missing_megatron_tensor(glm: Kept) -> None:
     findings = _findings(glm.report, "stage1-tensors")
-    assert findings[0]["message"] == "2 of 25 MTP-scope tensors bit-identical to the mapped source"
+    assert findings[0]["message"] == (
+        f"2 of 25 MTP-scope tensors bit-identical to the mapped source ({SCOPE_MEGATRON})"
+    )
     failing = _failing(glm.report, "stage1-tensors")
     assert set(failing) == GLM_MEGATRON_MTP and len(failing) == 23
     assert {f["details"]["status"] for f in findings[1:]} == {"missing"}
@@ -162,7 +165,9 @@ def test_glm_final_loses_all_34_mtp_tensors_blamed_on_stage_1(glm: Kept) -> None
     (layer,) = source["mtp_layers"]
     assert set(layer["tensors"]) == GLM_HF_MTP and len(GLM_HF_MTP) == 34
     findings = _findings(glm.report, "roundtrip-tensors")
-    assert findings[0]["message"] == "45 of 79 final tensors bit-identical to the source"
+    assert findings[0]["message"] == (
+        "45 of 79 final tensors bit-identical to the source (every tensor)"
+    )
     failing = _failing(glm.report, "roundtrip-tensors")
     assert set(failing) == GLM_HF_MTP
     assert all(m.startswith(STAGE1) for m in failing.values()), failing
@@ -270,12 +275,14 @@ def test_mimo_final_checkpoint_is_bit_identical(mimo: Kept) -> None:
     assert {t["status"] for t in mimo.report["tensors"]} == {"equal"}
     assert len(mimo.report["tensors"]) == 43
     (head,) = _findings(mimo.report, "roundtrip-tensors")
-    assert head["message"] == "43 of 43 final tensors bit-identical to the source"
+    assert head["message"] == ("43 of 43 final tensors bit-identical to the source (every tensor)")
 
 
 def test_mimo_stage1_keeps_input_proj_halves_in_hf_order(mimo: Kept) -> None:
     findings = _findings(mimo.report, "stage1-tensors")
-    assert findings[0]["message"] == "12 of 13 MTP-scope tensors bit-identical to the mapped source"
+    assert findings[0]["message"] == (
+        f"12 of 13 MTP-scope tensors bit-identical to the mapped source ({SCOPE_MEGATRON})"
+    )
     assert _failing(mimo.report, "stage1-tensors") == {
         "mtp.layers.0.eh_proj.weight": (
             f"{STAGE1}: {MIMO_EH_PROJ} [from model.mtp_layers.0.input_proj.weight]"

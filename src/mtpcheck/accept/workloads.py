@@ -116,7 +116,12 @@ def load_tokenizer(directory: Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:  # transformers raises OSError, ValueError, KeyError, ...
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # transformers' messages run over several lines; keep them whole, on one line
+        reason = " ".join(str(e).split()) or type(e).__name__
+        if len(reason) > 300:
+            reason = reason[:297] + "..."
         raise InputError(
-            directory, f"no tokenizer that AutoTokenizer can load offline: {reason}"
+            directory,
+            f"no tokenizer that AutoTokenizer can load offline ({reason}); "
+            "point --tokenizer DIR at the folder that holds the model's tokenizer files",
         ) from e

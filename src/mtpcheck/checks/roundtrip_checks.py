@@ -25,6 +25,12 @@ from mtpcheck.model import (
     TensorStatus,
 )
 
+SCOPE_MEGATRON = (
+    "Megatron names: q/k/v and gate/up fused, no copies of the embedding and head, "
+    "which the MTP layer shares with the main model"
+)
+SCOPE_HF = "the MTP layers' tensors, their embedding/head copies included, and the main ones"
+"""What the tensor counts of the round trip cover, said where they are reported."""
 STAGE1 = "stage 1 (HF -> Megatron)"
 STAGE2 = "stage 2 (Megatron -> HF)"
 
@@ -99,7 +105,8 @@ def stage1_checks(
     head = Finding(
         "mtp scope",
         Status.PASS if not findings else Status.INFO,
-        f"{equal} of {len(results)} MTP-scope tensors bit-identical to the mapped source",
+        f"{equal} of {len(results)} MTP-scope tensors bit-identical to the mapped source "
+        f"({SCOPE_MEGATRON})",
     )
     checks = (
         CheckResult("stage1-mtp-count", "Stage 1: declared MTP layers", (count,)),
@@ -173,7 +180,8 @@ def stage2_checks(
     head = Finding(
         scope,
         Status.PASS if not findings else Status.INFO,
-        f"{equal} of {len(comparisons)} final tensors bit-identical to the source",
+        f"{equal} of {len(comparisons)} final tensors bit-identical to the source "
+        f"({'every tensor' if all_tensors else SCOPE_HF})",
     )
     config = config_check(
         source.config, final.config, source.config_path is not None, final.config_path is not None

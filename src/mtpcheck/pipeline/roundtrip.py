@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
@@ -139,6 +139,9 @@ class Conversions:
     stage1: StageRun
     stage2: StageRun | None
     """``None``: not run, stage 1 left nothing readable."""
+    label: str | None = None
+    """How the report names the source when it is not a path the user gave (``--synthetic``:
+    the temporary checkpoint is gone by the time the report is read)."""
 
 
 @dataclass(frozen=True)
@@ -186,11 +189,13 @@ def convert(
     from mtpcheck.convert import builtin
     from mtpcheck.mapping import as_megatron
 
+    label = None
     if opts.synthetic:
         from mtpcheck.convert.synthetic import build_synthetic
 
         log(f"building a synthetic checkpoint from {opts.source}")
         source_path = build_synthetic(opts.source, work / "synthetic")
+        label = f"synthetic checkpoint built from {opts.source}"
     else:
         source_path = opts.source
     source = open_checkpoint(source_path)
@@ -210,7 +215,7 @@ def convert(
     megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
     stage1 = StageRun(result, megatron_dir, unreadable)
     if megatron is None:
-        return Conversions(source_path, stage1, None), Opened(source, None, None)
+        return Conversions(source_path, stage1, None, label), Opened(source, None, None)
 
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
@@ -226,7 +231,7 @@ def convert(
         )
     final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
     stage2 = StageRun(result, final_dir, unreadable)
-    return Conversions(source_path, stage1, stage2), Opened(source, megatron, final)
+    return Conversions(source_path, stage1, stage2, label), Opened(source, megatron, final)
 
 
 def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
@@ -254,6 +259,8 @@ def check(
     checks = [*source_checks(opened.source)]
     checks += _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
     inputs = [summary_of(opened.source)]
+    if conversions.label is not None:
+        inputs[0] = replace(inputs[0], path=conversions.label)
     if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
     inputs.append(summary_of(opened.megatron))
