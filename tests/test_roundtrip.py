@@ -306,3 +306,77 @@ def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
     report = roundtrip.run_roundtrip(opts, lambda line: None)
     assert report.ok
     assert opened == ["mimo", "megatron", "hf"]
+
+
+def _talking_converter(tmp_path: Path) -> str:
+    """A converter that says something, then waits for a ``go`` file before it ends."""
+    script = tmp_path / "talk.py"
+    script.write_text(
+        "import sys, time, pathlib\n"
+        "print('converting shard 1 of 2', file=sys.stderr, flush=True)\n"
+        f"go = pathlib.Path({str(tmp_path / 'go')!r})\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not go.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print('converting shard 2 of 2', file=sys.stderr, flush=True)\n"
+    )
+    return f"{sys.executable} {script} {{src}} {{dst}}"
+
+
+def test_a_converters_stderr_is_streamed_while_it_runs(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mtpcheck",
+            "roundtrip",
+            str(FIXTURES / "mimo"),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--format",
+            "json",
+            "--to-megatron",
+            _talking_converter(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the converter is still waiting for "go" here
+        seen.append(line)
+        if "converting shard 1" in line:
+            break
+    assert seen[-1] == "mtpcheck: stage 1 converter | converting shard 1 of 2\n"
+    (tmp_path / "go").touch()
+    out, rest = proc.communicate(timeout=120)
+    assert "mtpcheck: stage 1 converter | converting shard 2 of 2\n" in rest
+    assert proc.returncode == 1  # it wrote nothing: a finding
+    assert json.loads(out)["ok"] is False  # stdout is the report alone
+
+
+def test_quiet_leaves_stderr_to_errors(tmp_path: Path) -> None:
+    (tmp_path / "go").touch()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mtpcheck",
+            "roundtrip",
+            str(FIXTURES / "mimo"),
+            "--workdir",
+            str(tmp_path / "w"),
+            "--quiet",
+            "--format",
+            "json",
+            "--to-megatron",
+            _talking_converter(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr == ""
+    assert json.loads(done.stdout)["ok"] is False

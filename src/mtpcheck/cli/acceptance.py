@@ -79,6 +79,7 @@ def accept(
     markdown: Path | None,
     debug: bool,
     trust_pickle: bool,
+    quiet: bool,
 ) -> None:
     """Offline MTP acceptance per workload: does the drafter earn its keep?
 
@@ -111,7 +112,7 @@ def accept(
             min_acceptance=min_acceptance,
             trust_pickle=trust_pickle,
         )
-        report = run_accept(options, log=lambda line: click.echo(f"mtpcheck: {line}", err=True))
+        report = run_accept(options, log=opts.log)
         if plot is not None:
             from mtpcheck.accept.plot import write_plot
 
@@ -119,5 +120,5 @@ def accept(
         return report
 
     check_output_path("--plot", plot)
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     raise SystemExit(execute("accept", build, opts))

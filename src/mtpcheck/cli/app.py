@@ -30,6 +30,13 @@ class OutputOptions:
     markdown: Path | None
     debug: bool
     trust_pickle: bool = False
+    quiet: bool = False
+    """No progress lines on stderr (errors still go there)."""
+
+    def log(self, line: str) -> None:
+        """One progress line of mtpcheck's own on stderr, unless ``--quiet``."""
+        if not self.quiet:
+            click.echo(f"mtpcheck: {line}", err=True)
 
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -54,6 +61,7 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).",
         ),
         click.option("--debug", is_flag=True, help="Show tracebacks for errors."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress on stderr; errors only."),
         click.option(
             "--trust-pickle",
             is_flag=True,
@@ -146,7 +154,12 @@ def _stdout_gone() -> None:
 
 
 def make_options(
-    fmt: str, junit_xml: Path | None, markdown: Path | None, debug: bool, trust_pickle: bool
+    fmt: str,
+    junit_xml: Path | None,
+    markdown: Path | None,
+    debug: bool,
+    trust_pickle: bool,
+    quiet: bool = False,
 ) -> OutputOptions:
     if trust_pickle:
         click.echo(
@@ -156,7 +169,7 @@ def make_options(
         )
     check_output_path("--junit-xml", junit_xml)
     check_output_path("--markdown", markdown)
-    return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle)
+    return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -23,6 +23,7 @@ def inspect(
     markdown: Path | None,
     debug: bool,
     trust_pickle: bool,
+    quiet: bool,
 ) -> None:
     """Audit one checkpoint: MTP family, declared count, layers present, shared copies."""
 
@@ -32,7 +33,7 @@ def inspect(
 
         return inspect_report(open_checkpoint(path, trust_pickle))
 
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     raise SystemExit(execute("inspect", build, opts))
 
 
@@ -52,6 +53,7 @@ def diff(
     markdown: Path | None,
     debug: bool,
     trust_pickle: bool,
+    quiet: bool,
 ) -> None:
     """Compare B against A: config keys, then MTP tensors bit for bit (all with --all).
 
@@ -66,7 +68,7 @@ def diff(
         left = open_checkpoint(a, trust_pickle)
         return diff_report(left, open_checkpoint(b, trust_pickle), all_tensors=all_tensors)
 
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():
         raise SystemExit(_diff_across_ranks(a, b, all_tensors, opts))
     raise SystemExit(execute("diff", build, opts))

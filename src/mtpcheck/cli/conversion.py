@@ -64,6 +64,7 @@ def roundtrip(
     markdown: Path | None,
     debug: bool,
     trust_pickle: bool,
+    quiet: bool,
 ) -> None:
     """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
     from mtpcheck.pipeline.converter_command import validate_template
@@ -92,9 +93,9 @@ def roundtrip(
     def build() -> Report:
         from mtpcheck.pipeline.roundtrip import run_roundtrip
 
-        return run_roundtrip(options, log=_log)
+        return run_roundtrip(options, log=opts.log)
 
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle)
+    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():
         raise SystemExit(_roundtrip_across_ranks(options, opts))
     raise SystemExit(execute("roundtrip", build, opts))
@@ -109,7 +110,7 @@ def _roundtrip_across_ranks(options: RoundtripOptions, opts: OutputOptions) -> i
     from mtpcheck.pipeline.distributed import roundtrip_across_ranks
 
     return across_ranks(
-        "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, _log, on_rank0)
+        "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
     )
 
 

@@ -6,9 +6,13 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 TAIL_LINES = 15
 LINE_CHARS = 400
@@ -47,11 +51,30 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.communicate()
+    proc.wait()
 
 
-def run_command(template: str, src: Path, dst: Path, timeout: float | None) -> CommandResult:
-    """Run ``template`` with ``{src}``/``{dst}`` substituted (shell-quoted) in a shell."""
+def _pump(stream: IO[bytes], keep: deque[bytes], on_line: Callable[[str], None] | None) -> None:
+    """Read ``stream`` to its end, keeping the last lines and passing each one on."""
+    for raw in iter(stream.readline, b""):
+        keep.append(raw)
+        if on_line is not None:
+            on_line(_shorten(raw.decode("utf-8", errors="replace").rstrip()))
+    stream.close()
+
+
+def run_command(
+    template: str,
+    src: Path,
+    dst: Path,
+    timeout: float | None,
+    on_line: Callable[[str], None] | None = None,
+) -> CommandResult:
+    """Run ``template`` with ``{src}``/``{dst}`` substituted (shell-quoted) in a shell.
+
+    Each line the command writes to stderr is passed to ``on_line`` as it comes (a long
+    conversion is not silent); the last lines of stderr (else stdout) end up in the result.
+    """
     command = template.format(src=shlex.quote(str(src)), dst=shlex.quote(str(dst)))
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -62,16 +85,27 @@ def run_command(template: str, src: Path, dst: Path, timeout: float | None) -> C
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    assert proc.stdout is not None and proc.stderr is not None
+    out: deque[bytes] = deque(maxlen=TAIL_LINES)
+    err: deque[bytes] = deque(maxlen=TAIL_LINES)
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, out, None), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, err, on_line), daemon=True),
+    ]
+    for pump in pumps:
+        pump.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill(proc)
         return CommandResult(False, f"timed out after {timeout:g} s", "", time.monotonic() - start)
     except BaseException:
         _kill(proc)
         raise
+    for pump in pumps:
+        pump.join(timeout=5)  # a grandchild may hold the pipe open; do not wait on it forever
     seconds = time.monotonic() - start
-    tail = _tail(err or out)
+    tail = _tail(b"".join(err) or b"".join(out))
     if proc.returncode != 0:
         return CommandResult(False, f"exited with status {proc.returncode}", tail, seconds)
     if not dst.exists() or (dst.is_dir() and not any(dst.iterdir())):

@@ -206,7 +206,13 @@ def convert(
     megatron_dir = work / "megatron"
     log(f"{STAGE1}: converting into {megatron_dir}")
     if opts.to_megatron:
-        result = run_command(opts.to_megatron, source_path, megatron_dir, opts.timeout)
+        result = run_command(
+            opts.to_megatron,
+            source_path,
+            megatron_dir,
+            opts.timeout,
+            on_line=lambda line: log(f"stage 1 converter | {line}"),
+        )
     else:
         # intermediates are read back and deleted: no fsync (like cp, they may never hit disk)
         result = _builtin(
@@ -220,7 +226,13 @@ def convert(
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
     if opts.to_hf:
-        result = run_command(opts.to_hf, megatron_dir, final_dir, opts.timeout)
+        result = run_command(
+            opts.to_hf,
+            megatron_dir,
+            final_dir,
+            opts.timeout,
+            on_line=lambda line: log(f"stage 2 converter | {line}"),
+        )
     else:
         copies = any(c in source.tensors for c, _ in as_megatron(source).plan.copies)
         result = _builtin(
