@@ -63,10 +63,14 @@ def diff(
 
     def build() -> Report:
         from mtpcheck.checks.diff_checks import diff_report
+        from mtpcheck.checks.tensor_match import compare_many
         from mtpcheck.formats import open_checkpoint
+        from mtpcheck.pipeline.progress import with_progress
 
         left = open_checkpoint(a, trust_pickle)
-        return diff_report(left, open_checkpoint(b, trust_pickle), all_tensors=all_tensors)
+        right = open_checkpoint(b, trust_pickle)
+        compare = with_progress(compare_many, "comparing", opts.log)
+        return diff_report(left, right, all_tensors=all_tensors, compare=compare)
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():

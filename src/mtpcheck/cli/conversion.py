@@ -11,7 +11,7 @@ import click
 from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
 from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.model import Report
-from mtpcheck.report.table import human_size
+from mtpcheck.units import human_size
 
 if TYPE_CHECKING:
     from mtpcheck.pipeline.roundtrip import RoundtripOptions

@@ -33,6 +33,7 @@ from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
 from mtpcheck.pipeline.memory import release_free_memory
+from mtpcheck.pipeline.progress import with_progress
 
 DISK_MARGIN = 1.1
 
@@ -174,7 +175,8 @@ def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
     try:
         with sigterm_as_interrupt():
             conversions, opened = convert(opts, work, log)
-            report = check(conversions, opened, opts.all_tensors)
+            compare = with_progress(compare_many, "comparing", log)
+            report = check(conversions, opened, opts.all_tensors, compare)
     finally:
         release_workdir(opts, work, log)
     return report

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpcheck.model import AcceptanceResult, CheckpointSummary, Report, Status
+from mtpcheck.units import human_size
 
 STYLE = {
     Status.PASS: "green",
@@ -19,14 +20,6 @@ STYLE = {
     Status.INFO: "cyan",
 }
 MAX_ROWS_PER_CHECK = 25
-
-
-def human_size(nbytes: int) -> str:
-    """``1.02 GiB``, ``512.00 KiB``, ``80 bytes``."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} bytes"
 
 
 def _input_table(s: CheckpointSummary, label: str) -> Table:
