@@ -51,6 +51,11 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
         "final-mtp-count": "pass",
     }
     assert {t["status"] for t in report["tensors"]} == {"equal"}
+    heads = {c["name"]: c["findings"][0]["details"] for c in report["checks"]}
+    assert heads["stage1-convert"]["seconds"] > 0 and heads["stage2-convert"]["seconds"] > 0
+    assert heads["roundtrip-tensors"]["bytes_compared"] == sum(
+        t["nbytes"] for t in report["tensors"]
+    )
     assert len(report["tensors"]) == len(report["inputs"][0]["mtp_layers"][0]["tensors"]) + (
         report["inputs"][0]["tensor_count"] - len(report["inputs"][0]["mtp_layers"][0]["tensors"])
     )

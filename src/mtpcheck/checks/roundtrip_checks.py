@@ -107,6 +107,7 @@ def stage1_checks(
         Status.PASS if not findings else Status.INFO,
         f"{equal} of {len(results)} MTP-scope tensors bit-identical to the mapped source "
         f"({SCOPE_MEGATRON})",
+        {"bytes_compared": sum(c.nbytes for c in results.values())},
     )
     checks = (
         CheckResult("stage1-mtp-count", "Stage 1: declared MTP layers", (count,)),
@@ -182,6 +183,7 @@ def stage2_checks(
         Status.PASS if not findings else Status.INFO,
         f"{equal} of {len(comparisons)} final tensors bit-identical to the source "
         f"({'every tensor' if all_tensors else SCOPE_HF})",
+        {"bytes_compared": sum(c.nbytes for c in comparisons)},
     )
     config = config_check(
         source.config, final.config, source.config_path is not None, final.config_path is not None

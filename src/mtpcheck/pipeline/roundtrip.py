@@ -82,9 +82,11 @@ def check_disk(root: Path, needed: int) -> None:
 
 
 def _stage(name: str, title: str, result: CommandResult, stage: str) -> CheckResult:
+    seconds = round(result.seconds, 3)
     if result.ok:
-        return CheckResult(name, title, (Finding(stage, Status.PASS, result.message),))
-    details = {"stderr_tail": result.stderr_tail}
+        finding = Finding(stage, Status.PASS, result.message, {"seconds": seconds})
+        return CheckResult(name, title, (finding,))
+    details = {"stderr_tail": result.stderr_tail, "seconds": seconds}
     tail = f"; stderr tail:\n{result.stderr_tail}" if result.stderr_tail else ""
     message = f"converter {result.message}{tail}"
     return CheckResult(name, title, (Finding(stage, Status.FAIL, message, details),))
