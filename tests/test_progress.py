@@ -61,7 +61,9 @@ def test_a_short_comparison_prints_nothing() -> None:
 
 
 def test_progress_goes_to_stderr_and_quiet_silences_it(run_cli, monkeypatch) -> None:
-    monkeypatch.setattr(progress, "INTERVAL", 0.0)
+    from mtpcheck import ticker
+
+    monkeypatch.setattr(ticker, "INTERVAL", 0.0)
     args = ["diff", FIXTURES / "deepseek_v3", FIXTURES / "deepseek_v3", "--all", "--format", "json"]
     loud = run_cli(*args)
     assert loud.exit_code == 0, loud
@@ -82,3 +84,21 @@ def test_units() -> None:
         "5.00 GiB",
     ]
     assert [human_duration(s) for s in (42, 210, 4320)] == ["42 s", "3.5 min", "1.2 h"]
+
+
+def test_converters_report_progress(monkeypatch, tmp_path) -> None:
+    from mtpcheck import ticker
+    from mtpcheck.convert.builtin import hf_to_megatron, megatron_to_hf
+    from mtpcheck.formats import open_checkpoint
+
+    monkeypatch.setattr(ticker, "INTERVAL", 0.0)
+    lines: list[str] = []
+    hf = open_checkpoint(FIXTURES / "mimo")
+    out = hf_to_megatron(hf, tmp_path / "m", durable=False, log=lines.append)
+    assert lines[0].startswith("writing Megatron: ") and " of 19.00 KiB (" in lines[0]
+    assert lines[-1].startswith("writing Megatron: 28 tensors, 19.00 KiB in ")
+    lines.clear()
+    config = json.loads((FIXTURES / "mimo" / "config.json").read_text())
+    megatron_to_hf(open_checkpoint(out), tmp_path / "h", config, durable=False, log=lines.append)
+    assert lines[-1].startswith("writing HF: 43 tensors, ")
+    assert all(line.startswith("writing HF: ") for line in lines) and len(lines) > 2

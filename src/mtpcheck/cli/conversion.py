@@ -136,7 +136,7 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
         started = time.monotonic()
         from mtpcheck.convert.builtin import hf_to_megatron as run
 
-        written = run(hf, dst)
+        written = run(hf, dst, log=_log)
         _log(
             f"wrote {written} ({len(hf.tensors)} tensors, "
             f"{human_size(sum(m.nbytes for m in hf.tensors.values()))}) in "
@@ -173,7 +173,7 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
 
         empty_destination(dst)
         started = time.monotonic()
-        files = run(open_checkpoint(src), dst, read_config(hf_config), copies)
+        files = run(open_checkpoint(src), dst, read_config(hf_config), copies, log=_log)
         size = sum(f.stat().st_size for f in files)
         _log(
             f"wrote {dst} ({len(files)} safetensors file(s), {human_size(size)}) in "

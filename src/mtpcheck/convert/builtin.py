@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
 from mtpcheck.model import ByteSpan, Checkpoint
+from mtpcheck.ticker import Ticker
 
 WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
 """Registry families written with another family's megatron-core layout (same architecture)."""
@@ -101,10 +102,11 @@ class _OneAtATime:
     tensor, not the checkpoint.
     """
 
-    def __init__(self, view: MappedCheckpoint) -> None:
+    def __init__(self, view: MappedCheckpoint, ticker: Ticker | None = None) -> None:
         import torch
 
         self.view = view
+        self.ticker = ticker
         self.mappings = view.plan.by_megatron()
         self.placeholders: dict[str, Any] = {}
         self._owner: dict[int, str] = {}
@@ -134,6 +136,8 @@ class _OneAtATime:
         if self._last is None or self._last[0] != name:
             if self._last is not None:
                 _drop_pages(self._last[1])  # written: the writer holds on to it, unread
+                if self.ticker is not None:
+                    self.ticker.advance(len(self._last[1]), self._last[0])
             self._last = None
             self._last = (name, self._compute(name))
             self._produced.add(name)
@@ -222,10 +226,13 @@ def _source_array(ckpt: Checkpoint, name: str) -> Any:
     return np.frombuffer(raw, dtype=f"<u{width}").reshape(meta.shape)
 
 
-def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
+def hf_to_megatron(
+    hf: Checkpoint, dst: Path, durable: bool = True, log: Callable[[str], None] | None = None
+) -> Path:
     """Write ``hf`` as a Megatron-LM torch_dist checkpoint (``dst/release``); returns its dir.
 
     ``durable=False`` leaves the files to the page cache (no ``fsync``): for intermediates.
+    ``log`` gets a progress line every few seconds of a long conversion.
     """
     from mtpcheck.convert import megatron_config
     from mtpcheck.convert.torch_dist_writer import write_torch_dist
@@ -234,7 +241,9 @@ def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
     view = as_megatron(hf)
     require_complete(view.plan, hf.path)
     _empty_destination(dst)
-    tensors = _OneAtATime(view)
+    total = sum(m.nbytes for m in view.tensors.values())
+    ticker = Ticker("writing Megatron", total, log) if log is not None else None
+    tensors = _OneAtATime(view, ticker)
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
     args = megatron_config.args_namespace(hf.config, key)
     written = write_torch_dist(
@@ -249,6 +258,8 @@ def hf_to_megatron(hf: Checkpoint, dst: Path, durable: bool = True) -> Path:
     missed = tensors.unproduced()
     if missed:  # a writer that reads tensors some other way: refuse rather than leave zeros
         raise RuntimeError(f"the torch_dist writer never produced {len(missed)} tensors: {missed}")
+    if ticker is not None:
+        ticker.finish(f"{len(view.tensors)} tensors")
     return written
 
 
@@ -258,9 +269,10 @@ def megatron_to_hf(
     hf_config: Mapping[str, Any],
     with_copies: bool = True,
     durable: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Write ``megatron`` as HF sharded safetensors + index + config.json under ``dst``
-    (``fsync``ed unless ``durable=False``)."""
+    (``fsync``ed unless ``durable=False``); ``log`` gets progress lines of a long one."""
     from mtpcheck.convert.hf_writer import write_hf
 
     view = as_hf(megatron, hf_config, with_copies)
@@ -271,7 +283,12 @@ def megatron_to_hf(
             f"{len(view.plan.unmapped)} tensor(s) have no HF counterpart: {shown}",
         )
     _empty_destination(dst)
-    return write_hf(_SplitOnce(view), dst, config=view.config, durable=durable)
+    total = sum(m.nbytes for m in view.tensors.values())
+    ticker = Ticker("writing HF", total, log) if log is not None else None
+    files = write_hf(_SplitOnce(view), dst, config=view.config, durable=durable, ticker=ticker)
+    if ticker is not None:
+        ticker.finish(f"{len(view.tensors)} tensors")
+    return files
 
 
 class _SplitOnce:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mtpcheck.errors import InputError
 from mtpcheck.model import ByteSpan, Checkpoint, TensorMeta
+from mtpcheck.ticker import Ticker
 
 DEFAULT_SHARD_BYTES = 4 * 1024**3
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -83,10 +84,12 @@ def write_hf(
     names: list[str] | None = None,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     durable: bool = True,
+    ticker: Ticker | None = None,
 ) -> list[Path]:
     """Write ``names`` (default: all) of ``ckpt`` under ``dst``; returns the shard paths.
 
     Each shard is ``fsync``ed unless ``durable=False`` (a checkpoint read back and deleted).
+    ``ticker`` is told each tensor written.
     """
     dst.mkdir(parents=True, exist_ok=True)
     byte_spans = getattr(ckpt, "byte_spans", None)
@@ -120,6 +123,8 @@ def write_hf(
                     raise ValueError(
                         f"{meta.name}: produced {written} bytes, expected {meta.nbytes}"
                     )
+                if ticker is not None:
+                    ticker.advance(written, meta.name)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())

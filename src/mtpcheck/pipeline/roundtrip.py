@@ -220,7 +220,8 @@ def convert(
     else:
         # intermediates are read back and deleted: no fsync (like cp, they may never hit disk)
         result = _builtin(
-            lambda: builtin.hf_to_megatron(source, megatron_dir, durable=False), megatron_dir
+            lambda: builtin.hf_to_megatron(source, megatron_dir, durable=False, log=log),
+            megatron_dir,
         )
     megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
     stage1 = StageRun(result, megatron_dir, unreadable)
@@ -241,7 +242,7 @@ def convert(
         copies = any(c in source.tensors for c, _ in as_megatron(source).plan.copies)
         result = _builtin(
             lambda: builtin.megatron_to_hf(
-                megatron, final_dir, dict(source.config), copies, durable=False
+                megatron, final_dir, dict(source.config), copies, durable=False, log=log
             ),
             final_dir,
         )
