@@ -16,11 +16,11 @@ megatron-core's default ``sharded_state_dict`` does for a replicated module.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+from megatron_fixtures import single_cpu_rank  # a sibling: these run as scripts
 
 HF_NAMES = {
     "linear_wq_b.weight": "wq_b.weight",
@@ -39,7 +39,6 @@ def _bytes(t: Any) -> bytes:
 
 def _indexer(hf_config: dict[str, Any]) -> Any:
     import torch
-    from megatron.core import parallel_state
     from megatron.core.transformer.experimental_attention_variant import dsa
     from megatron.core.transformer.module import MegatronModule
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
@@ -51,13 +50,7 @@ def _indexer(hf_config: dict[str, Any]) -> Any:
             super().__init__(config=config)
             self.weight = torch.nn.Parameter(torch.empty(output_size, input_size))
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel()
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]  # rotary buffers
+    single_cpu_rank()
     kw = transformer_config_kwargs(hf_config, "glm_moe_dsa")
     kw["transformer_impl"] = "local"
     config = transformer_config_class(kw)(**kw)

@@ -49,6 +49,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def single_cpu_rank() -> None:
+    """One gloo rank on loopback with megatron-core's parallel state, allocating on the CPU
+    (megatron-core asks ``torch.cuda.current_device()`` where to put buffers)."""
+    import torch
+    from megatron.core import parallel_state
+
+    _init_distributed(0, 1, free_port())
+    parallel_state.initialize_model_parallel()
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+
+
 def _init_distributed(rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
 

@@ -16,11 +16,11 @@ CPU shims, here only: megatron-core refuses to build the module without the ``fl
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+from megatron_fixtures import single_cpu_rank  # a sibling: these run as scripts
 
 PREFIX = "decoder.layers.0.self_attention."
 
@@ -32,8 +32,6 @@ def _bytes(t: Any) -> bytes:
 
 
 def _megatron_module(hf_config: dict[str, Any]) -> Any:
-    import torch
-    from megatron.core import parallel_state
     from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.ssm import gated_delta_net
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
@@ -42,13 +40,7 @@ def _megatron_module(hf_config: dict[str, Any]) -> Any:
 
     from mtpcheck.convert.megatron_config import transformer_config_kwargs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel()
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    single_cpu_rank()
     # megatron-core 0.16 defines the flag in the module, >= 0.17 in gated_delta_net/common.py
     for module in (gated_delta_net, sys.modules.get(gated_delta_net.__name__ + ".common")):
         if module is not None:

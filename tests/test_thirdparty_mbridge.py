@@ -26,6 +26,9 @@ import pytest
 from mtpcheck.checks.roundtrip_checks import SCOPE_MEGATRON
 from tests.conftest import FIXTURES, Run
 from tests.thirdparty.runs import MBRIDGE, Kept, Roundtrips
+from tests.thirdparty.runs import failing as _failing
+from tests.thirdparty.runs import findings as _findings
+from tests.thirdparty.runs import statuses as _statuses
 from tests.thirdparty.tools import require
 
 STAGE1 = "stage 1 (HF -> Megatron)"
@@ -92,19 +95,6 @@ def glm(thirdparty_runs: Roundtrips) -> Kept:
 @pytest.fixture(scope="module")
 def mimo(thirdparty_runs: Roundtrips) -> Kept:
     return thirdparty_runs.get("mbridge-mimo")
-
-
-def _statuses(report: dict[str, Any]) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in report["checks"]}
-
-
-def _findings(report: dict[str, Any], check: str) -> list[dict[str, Any]]:
-    (found,) = [c for c in report["checks"] if c["name"] == check]
-    return found["findings"]
-
-
-def _failing(report: dict[str, Any], check: str) -> dict[str, str]:
-    return {f["subject"]: f["message"] for f in _findings(report, check) if f["status"] == "fail"}
 
 
 def _json(run: Run) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from click.testing import CliRunner
 from mtpcheck.cli import cli
 from tests.conftest import FIXTURES
 from tests.thirdparty.runs import Kept, Roundtrips
+from tests.thirdparty.runs import failing as _failing
+from tests.thirdparty.runs import statuses as _statuses
 
 STAGE1 = "stage 1 (HF -> Megatron)"
 STAGE2 = "stage 2 (Megatron -> HF)"
@@ -41,15 +43,6 @@ def deepseek(thirdparty_runs: Roundtrips) -> Kept:
 @pytest.fixture(scope="module")
 def glm(thirdparty_runs: Roundtrips) -> Kept:
     return thirdparty_runs.get("bridge-glm4_moe")
-
-
-def _statuses(report: dict[str, Any]) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in report["checks"]}
-
-
-def _failing(report: dict[str, Any], check: str) -> dict[str, str]:
-    (found,) = [c for c in report["checks"] if c["name"] == check]
-    return {f["subject"]: f["message"] for f in found["findings"] if f["status"] == "fail"}
 
 
 def _mtp_tensors(family: str) -> set[str]:

@@ -143,3 +143,18 @@ class Roundtrips:
             out.close()
             err.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def statuses(report: dict[str, Any]) -> dict[str, str]:
+    """Check name -> status of a JSON report."""
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def findings(report: dict[str, Any], check: str) -> list[dict[str, Any]]:
+    (found,) = [c for c in report["checks"] if c["name"] == check]
+    return list(found["findings"])
+
+
+def failing(report: dict[str, Any], check: str) -> dict[str, str]:
+    """Subject -> message of the failed findings of one check."""
+    return {f["subject"]: f["message"] for f in findings(report, check) if f["status"] == "fail"}
