@@ -77,14 +77,41 @@ def test_a_hostile_embedded_common_state_is_refused(tmp_path: Path) -> None:
     offset = data.stat().st_size
     with open(data, "ab") as f:
         f.write(blob.getvalue())
-    metadata = pickle.loads((copy / ".metadata").read_bytes())
-    for index, info in metadata.storage_data.items():
-        if index.fqn.startswith("common_state/"):
-            info.offset, info.length = offset, len(blob.getvalue())
-    (copy / ".metadata").write_bytes(pickle.dumps(metadata))
+    _point_common_state(copy, offset=offset, length=len(blob.getvalue()))
     with pytest.raises(InputError) as e:
         open_checkpoint(copy)
     assert str(e.value).startswith(
         f"{copy / '.metadata'} (common_state/shard_0_1): refusing to unpickle posix.system"
     )
     assert not marker.exists()
+
+
+def _point_common_state(copy: Path, **changes: Any) -> None:
+    metadata = pickle.loads((copy / ".metadata").read_bytes())
+    for index, info in metadata.storage_data.items():
+        if index.fqn.startswith("common_state/"):
+            for key, value in changes.items():
+                setattr(info, key, value)
+    (copy / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"length": 10**6}, "__0_0.distcp: truncated: common_state/shard_0_1 lies past its end"),
+        (
+            {"relative_path": "../elsewhere.distcp"},
+            ".metadata (common_state/shard_0_1): points to '../elsewhere.distcp', outside the "
+            "checkpoint directory",
+        ),
+        ({"offset": -1}, ".metadata (common_state/shard_0_1): has no valid byte range"),
+    ],
+)
+def test_a_broken_common_state_entry_is_one_clear_error(
+    tmp_path: Path, changes: dict[str, Any], reason: str
+) -> None:
+    copy = Path(shutil.copytree(DATA, tmp_path / "ckpt")) / "iter_0000001"
+    _point_common_state(copy, **changes)
+    with pytest.raises(InputError) as e:
+        open_checkpoint(copy)
+    assert str(e.value) == f"{copy}/{reason}"
