@@ -127,15 +127,11 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
     """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST."""
 
     def action() -> None:
-        from mtpcheck.convert.builtin import empty_destination, require_writable
+        from mtpcheck.convert.builtin import hf_to_megatron as run
         from mtpcheck.formats import open_checkpoint
 
-        empty_destination(dst)  # before megatron-core's import (seconds)
         hf = open_checkpoint(src)
-        require_writable(hf)
         started = time.monotonic()
-        from mtpcheck.convert.builtin import hf_to_megatron as run
-
         written = run(hf, dst, log=_log)
         _log(
             f"wrote {written} ({len(hf.tensors)} tensors, "
@@ -166,12 +162,10 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
     """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST."""
 
     def action() -> None:
-        from mtpcheck.convert.builtin import empty_destination
         from mtpcheck.convert.builtin import megatron_to_hf as run
         from mtpcheck.formats import open_checkpoint
         from mtpcheck.formats.config_json import read_config
 
-        empty_destination(dst)
         started = time.monotonic()
         files = run(open_checkpoint(src), dst, read_config(hf_config), copies, log=_log)
         size = sum(f.stat().st_size for f in files)

@@ -65,11 +65,6 @@ def require_writable(hf: Checkpoint) -> str:
     return key
 
 
-def empty_destination(dst: Path) -> None:
-    """Refuse a destination that holds anything (checked before any work)."""
-    _empty_destination(dst)
-
-
 def _empty_destination(dst: Path) -> None:
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise InputError(dst, "destination exists and is not empty; refusing to overwrite")
@@ -235,12 +230,14 @@ def hf_to_megatron(
     ``log`` gets a progress line every few seconds of a long conversion.
     """
     from mtpcheck.convert import megatron_config
-    from mtpcheck.convert.torch_dist_writer import write_torch_dist
 
     key = require_writable(hf)
+    _empty_destination(dst)
     view = as_megatron(hf)
     require_complete(view.plan, hf.path)
-    _empty_destination(dst)
+    # megatron-core takes seconds to import: only once the input is known to be convertible
+    from mtpcheck.convert.torch_dist_writer import write_torch_dist
+
     total = sum(m.nbytes for m in view.tensors.values())
     ticker = Ticker("writing Megatron", total, log) if log is not None else None
     tensors = _OneAtATime(view, ticker)
@@ -275,6 +272,7 @@ def megatron_to_hf(
     (``fsync``ed unless ``durable=False``); ``log`` gets progress lines of a long one."""
     from mtpcheck.convert.hf_writer import write_hf
 
+    _empty_destination(dst)
     view = as_hf(megatron, hf_config, with_copies)
     if view.plan.unmapped:
         shown = ", ".join(view.plan.unmapped[:5])
@@ -282,7 +280,6 @@ def megatron_to_hf(
             megatron.path,
             f"{len(view.plan.unmapped)} tensor(s) have no HF counterpart: {shown}",
         )
-    _empty_destination(dst)
     total = sum(m.nbytes for m in view.tensors.values())
     ticker = Ticker("writing HF", total, log) if log is not None else None
     files = write_hf(_SplitOnce(view), dst, config=view.config, durable=durable, ticker=ticker)

@@ -64,7 +64,6 @@ from mtpcheck.formats.megatron_common import (
 from mtpcheck.formats.safe_pickle import (
     load_raw_pickle,
     load_tensor_blob,
-    load_torch_bytes,
     load_torch_file,
 )
 from mtpcheck.formats.torch_save_record import locate_tensor
@@ -243,7 +242,7 @@ def _embedded_common_state(
             raise InputError(directory / relative, e.strerror or str(e)) from e
         if len(blob) != length:
             raise InputError(directory / relative, f"truncated: {fqn} lies past its end")
-        content = load_torch_bytes(blob, where, trust_pickle=trust_pickle)
+        content = load_torch_file(where, trust_pickle=trust_pickle, blob=blob)
         # megatron-core saves the ShardedObject's data as a one-element list
         if isinstance(content, list) and len(content) == 1:
             content = content[0]

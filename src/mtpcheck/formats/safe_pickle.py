@@ -136,16 +136,11 @@ def _extra_pt_global(qualified_name: str) -> Any | None:
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
-def load_torch_bytes(blob: bytes, where: str | Path, *, trust_pickle: bool = False) -> Any:
-    """:func:`load_torch_file` for a ``torch.save`` blob held in memory; ``where`` names it in
-    errors (megatron-core >= 0.19 keeps its common state as such a blob inside a data file)."""
-    return load_torch_file(where, trust_pickle=trust_pickle, blob=blob)
-
-
 def load_torch_file(
     path: str | Path, *, trust_pickle: bool = False, mmap: bool = False, blob: bytes | None = None
 ) -> Any:
-    """Load a ``torch.save`` file (or ``blob``, named ``path``) on CPU, resolving only
+    """Load a ``torch.save`` file (or ``blob``, named ``path`` in errors: megatron-core >= 0.19
+    keeps its common state as such a blob inside a data file) on CPU, resolving only
     allowlisted globals."""
     import torch
 
