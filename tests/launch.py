@@ -25,9 +25,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def torchrun(*args: str | Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``torchrun --nproc-per-node 2 -m mtpcheck ARGS`` on loopback."""
+def torchrun(
+    *args: str | Path, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc-per-node 2 -m mtpcheck ARGS`` on loopback (``env``: added)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     cmd += ["-m", "mtpcheck", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=timeout)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env={**child_env(), **(env or {})}, timeout=timeout
+    )

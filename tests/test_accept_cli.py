@@ -66,7 +66,25 @@ def test_every_output_format(run_cli, workloads, tmp_path: Path) -> None:
     width, height = struct.unpack(">II", data[16:24])  # IHDR
     assert width >= 400 and height == 320
     assert 5_000 < len(data) < 200_000
-    assert "in_domain" in run.stderr  # progress goes to stderr, never stdout
+
+
+def test_scoring_progress_counts_tokens_on_stderr(run_cli, workloads, monkeypatch) -> None:
+    from mtpcheck import ticker
+
+    monkeypatch.setattr(ticker, "INTERVAL", 0.0)
+    run = run_cli("accept", FIXTURE, *workloads, "--format", "json")
+    assert run.exit_code == 0, run
+    assert json.loads(run.stdout)["ok"] is True  # stdout is the report alone
+    lines = run.stderr.splitlines()
+    assert lines[0].startswith(f"mtpcheck: {FIXTURE}: model and MTP head loaded in ")
+    for name in ("in_domain", "shuffled"):  # 4 sequences of 64 tokens: 63 positions each
+        closing = [line for line in lines if line.startswith(f"mtpcheck: scoring {name}: ")]
+        assert len(closing) == 1 and closing[0].startswith(
+            f"mtpcheck: scoring {name}: 4 sequences, 252 tokens in "
+        )
+        assert closing[0].endswith(" tokens/s)")
+    quiet = run_cli("accept", FIXTURE, *workloads, "--format", "json", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
 
 
 def test_table_and_compare(run_cli, workloads) -> None:

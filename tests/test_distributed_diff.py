@@ -21,6 +21,7 @@ import pytest
 from mtpcheck.checks import tensor_match
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.pipeline.distributed import split_by_bytes
+from mtpcheck.units import human_size
 from tests.conftest import FIXTURES, flip_bit, write_safetensors
 from tests.launch import child_env, torchrun
 
@@ -143,3 +144,59 @@ def test_holes_of_sparse_files_compare_as_zeros(tmp_path: Path) -> None:
     diff = tensor_match.compare(ca, "w", open_checkpoint(b), "w")
     assert diff.status.value == "bits_differ" and diff.differing_elements == 1
     assert diff.first_difference == (4095, 1023) and diff.max_abs_diff == 1.0
+
+
+class _Rank:
+    """One of two ranks, with a real in-process torch store standing in for the rendezvous."""
+
+    world = 2
+
+    def __init__(self, rank: int, store: object) -> None:
+        self.rank, self._store = rank, store
+
+    def store(self) -> object:
+        return self._store
+
+
+def test_rank_0_reports_the_bytes_every_rank_posted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+
+    from mtpcheck.pipeline import distributed
+
+    monkeypatch.setattr(distributed, "POLL_S", 3600.0)  # the test polls, not the thread
+    store = dist.HashStore()
+    lines: list[str] = []
+    shares = [3 * 2**20, 1 * 2**20]
+    progress = distributed._SharedProgress(_Rank(0, store), "k/1", shares, lines.append)  # type: ignore[arg-type]
+    rank1 = distributed._SharedProgress(_Rank(1, store), "k/1", shares, lines.append)  # type: ignore[arg-type]
+    assert rank1.thread is None  # only rank 0 watches
+    clock = iter(range(10, 1000, 10))
+    ticker = progress.ticker
+    ticker.clock, ticker.interval, ticker.start, ticker.last = lambda: float(next(clock)), 0, 0, 0
+    progress.report()  # nothing posted yet
+    rank1.post(2**20)  # rank 1 finished its share
+    progress.report()
+    progress.post(2**20)  # rank 0 a third of its own
+    progress.report()
+    progress.close(7)
+    assert lines[0].startswith("comparing on 2 ranks: 1.00 MiB of 4.00 MiB (25%), ")
+    assert lines[0].endswith(", at 1 of 2 ranks done")
+    assert lines[1].startswith("comparing on 2 ranks: 2.00 MiB of 4.00 MiB (50%), ")
+    assert lines[-1].startswith("comparing on 2 ranks: 7 tensors, 4.00 MiB in ")
+
+
+def test_under_torchrun_rank_0_alone_reports_the_whole_comparison() -> None:
+    a = FIXTURES / "glm4_moe"
+    env = {"MTPCHECK_PROGRESS_INTERVAL": "0"}
+    two = torchrun("diff", "--all", a, a, "--format", "json", timeout=120, env=env)
+    assert two.returncode == 0, two.stderr
+    ckpt = open_checkpoint(a)
+    whole = human_size(sum(m.nbytes for m in ckpt.tensors.values()))  # both ranks' shares
+    lines = [line for line in two.stderr.splitlines() if line.startswith("mtpcheck: ")]
+    assert len(lines) == 1, two.stderr  # rank 1 says nothing
+    assert lines[0].startswith(
+        f"mtpcheck: comparing on 2 ranks: {len(ckpt.tensors)} tensors, {whole} in "
+    )
+    assert len(json.loads(two.stdout)["tensors"]) == len(ckpt.tensors)  # stdout: the report
+    quiet = torchrun("diff", "--all", a, a, "--quiet", timeout=120, env=env)
+    assert quiet.returncode == 0 and "mtpcheck: " not in quiet.stderr

@@ -31,6 +31,7 @@ from mtpcheck.pipeline.roundtrip import (
     convert,
     open_outputs,
 )
+from mtpcheck.units import human_size
 from tests.conftest import FIXTURES, Run
 from tests.launch import torchrun
 
@@ -113,9 +114,19 @@ def test_stage_2_damage_on_two_ranks(run_cli: Callable[..., Run], tmp_path: Path
 class _ThreadRanks(distributed._Ranks):
     """Ranks as threads of one process: collectives through a barrier, no torch."""
 
-    def __init__(self, rank: int, world: int, slots: list[Any], barrier: threading.Barrier):
-        self.rank, self.world = rank, world
-        self._slots, self._barrier = slots, barrier
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        slots: list[Any],
+        barrier: threading.Barrier,
+        store: Any = None,
+    ):
+        self.rank, self.world, self.calls = rank, world, 0
+        self._slots, self._barrier, self._store = slots, barrier, store
+
+    def store(self) -> Any:
+        return self._store
 
     def gather(self, payload: Any) -> list[Any]:
         self._slots[self.rank] = payload
@@ -147,13 +158,19 @@ def test_each_rank_compares_only_its_share(
         return compare_many(a, b, pairs)
 
     monkeypatch.setattr(distributed, "compare_many", recording)
+    monkeypatch.setenv("MTPCHECK_PROGRESS_INTERVAL", "0")
     slots: list[Any] = [None, None]
     barrier = threading.Barrier(2, timeout=60)
+    import torch.distributed
+
+    store = torch.distributed.HashStore()
+    said: dict[int, list[str]] = {0: [], 1: []}
 
     def rank(r: int) -> Any:
         threading.current_thread().name = str(r)
-        ranks = _ThreadRanks(r, 2, slots, barrier)
-        return distributed._check_across(ranks, None, conversions if r == 0 else None, opts)
+        ranks = _ThreadRanks(r, 2, slots, barrier, store)
+        log = said[r].append
+        return distributed._check_across(ranks, None, conversions if r == 0 else None, opts, log)
 
     with ThreadPoolExecutor(2) as pool:
         reports = list(pool.map(rank, [0, 1]))
@@ -172,6 +189,12 @@ def test_each_rank_compares_only_its_share(
         shares = distributed.split_by_bytes(costs, 2)
         assert [[everything[i] for i in s] for s in shares] == [mine, theirs]
     assert len(asked[0][1]) + len(asked[1][1]) == len(alone.tensors)
+    # rank 0 reports both stages' comparisons whole, the bytes of both shares; rank 1 nothing
+    assert said[1] == [] and len(said[0]) == 2
+    for stage, (a, b) in enumerate(sides):
+        pairs = asked[0][stage] + asked[1][stage]
+        whole = human_size(sum(distributed._cost(a, b, x, y) for x, y in pairs))
+        assert said[0][stage].startswith(f"comparing on 2 ranks: {len(pairs)} tensors, {whole} in ")
 
 
 def test_an_output_one_rank_cannot_open_is_reported_by_rank_0(
@@ -193,7 +216,9 @@ def test_an_output_one_rank_cannot_open_is_reported_by_rank_0(
         threading.current_thread().name = str(r)
         ranks = _ThreadRanks(r, 2, slots, barrier)
         with pytest.raises(InputError) as raised:
-            distributed._check_across(ranks, None, conversions if r == 0 else None, opts)
+            distributed._check_across(
+                ranks, None, conversions if r == 0 else None, opts, lambda line: None
+            )
         return str(raised.value)
 
     with ThreadPoolExecutor(2) as pool:

@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "ticker",
     },
     "report": {"model", "errors", "units", "__init__"},
-    "accept": {"model", "errors", "families", "formats"},
+    "accept": {"model", "errors", "families", "formats", "ticker"},
     "cli": {
         "model",
         "errors",
@@ -61,7 +61,7 @@ ALLOWED: dict[str, set[str]] = {
 THIRD_PARTY: dict[str, set[str]] = {
     "formats": {"torch", "yaml"},
     "report": {"rich"},
-    "cli": {"click"},
+    "cli": {"click", "rich"},  # rich: the live progress bar (cli/stderr_log.py)
     "checks": {"numpy"},
     "mapping": {"numpy"},
     "convert": {"numpy", "torch", "megatron", "transformers", "safetensors"},

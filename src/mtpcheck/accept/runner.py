@@ -44,6 +44,7 @@ from mtpcheck.model import (
     Report,
     Status,
 )
+from mtpcheck.ticker import Ticker
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HF_FORMAT = "hf-safetensors"
@@ -179,9 +180,13 @@ def batches(sequences: Sequence[Sequence[int]], vocab: int) -> list[list[int]]:
 
 
 def measure(
-    drafter: Drafter | None, workload: Workload, temperature: float
+    drafter: Drafter | None,
+    workload: Workload,
+    temperature: float,
+    ticker: Ticker | None = None,
 ) -> list[SequenceCounts]:
-    """Counters per sequence; all zeros without a drafter."""
+    """Counters per sequence; all zeros without a drafter. ``ticker`` counts the positions
+    scored."""
     counts = [SequenceCounts(max(0, len(ids) - 1), 0, 0.0) for ids in workload.sequences]
     if drafter is None:
         return counts
@@ -192,6 +197,10 @@ def measure(
             counts[index] = SequenceCounts(
                 counts[index].positions, int(hits.sum()), float(alpha.sum())
             )
+        if ticker is not None:
+            ticker.advance(sum(counts[i].positions for i in group), f"sequence {group[-1] + 1}")
+    if ticker is not None:
+        ticker.finish(f"{len(counts)} sequences")
     return counts
 
 
@@ -334,15 +343,15 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
             log(f"{label}{ckpt.path}: no drafter ({note})")
         per_workload = {}
         for workload in workloads:
-            started = time.monotonic()
-            counts = measure(drafter, workload, options.temperature)
+            positions = sum(max(0, len(ids) - 1) for ids in workload.sequences)
+            ticker = (
+                Ticker(f"{label}scoring {workload.name}", positions, log, unit="tokens")
+                if drafter is not None
+                else None
+            )
+            counts = measure(drafter, workload, options.temperature, ticker)
             per_workload[workload.name] = counts
             results.append(result(ckpt.path, workload, counts, options.temperature, note))
-            if drafter is not None:
-                log(
-                    f"{label}{workload.name}: {len(counts)} sequences in "
-                    f"{time.monotonic() - started:.1f} s"
-                )
         all_counts.append(per_workload)
         del drafter
 

@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import click
 
 from mtpcheck import __version__
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
+from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.errors import ExitCode, InputError, MtpcheckError
 from mtpcheck.model import Report
 
@@ -33,10 +35,10 @@ class OutputOptions:
     quiet: bool = False
     """No progress lines on stderr (errors still go there)."""
 
-    def log(self, line: str) -> None:
-        """One progress line of mtpcheck's own on stderr, unless ``--quiet``."""
-        if not self.quiet:
-            click.echo(f"mtpcheck: {line}", err=True)
+    @cached_property
+    def log(self) -> StderrLog:
+        """mtpcheck's own progress on stderr (a live bar on a terminal), unless ``--quiet``."""
+        return StderrLog(self.quiet)
 
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -108,5 +108,7 @@ def _diff_across_ranks(a: Path, b: Path, all_tensors: bool, opts: OutputOptions)
     return across_ranks(
         "diff",
         opts,
-        lambda on_rank0: diff_across_ranks(a, b, all_tensors, opts.trust_pickle, on_rank0),
+        lambda on_rank0: diff_across_ranks(
+            a, b, all_tensors, opts.trust_pickle, on_rank0, opts.log
+        ),
     )

@@ -10,6 +10,7 @@ import click
 
 from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
 from mtpcheck.cli.audit import across_ranks, under_torchrun
+from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.model import Report
 from mtpcheck.units import human_size
 
@@ -101,10 +102,6 @@ def roundtrip(
     raise SystemExit(execute("roundtrip", build, opts))
 
 
-def _log(line: str) -> None:
-    click.echo(f"mtpcheck: {line}", err=True)
-
-
 def _roundtrip_across_ranks(options: RoundtripOptions, opts: OutputOptions) -> int:
     """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
     from mtpcheck.pipeline.distributed import roundtrip_across_ranks
@@ -130,10 +127,11 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
         from mtpcheck.convert.builtin import hf_to_megatron as run
         from mtpcheck.formats import open_checkpoint
 
+        log = StderrLog()
         hf = open_checkpoint(src)
         started = time.monotonic()
-        written = run(hf, dst, log=_log)
-        _log(
+        written = run(hf, dst, log=log)
+        log(
             f"wrote {written} ({len(hf.tensors)} tensors, "
             f"{human_size(sum(m.nbytes for m in hf.tensors.values()))}) in "
             f"{time.monotonic() - started:.1f} s"
@@ -166,10 +164,11 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
         from mtpcheck.formats import open_checkpoint
         from mtpcheck.formats.config_json import read_config
 
+        log = StderrLog()
         started = time.monotonic()
-        files = run(open_checkpoint(src), dst, read_config(hf_config), copies, log=_log)
+        files = run(open_checkpoint(src), dst, read_config(hf_config), copies, log=log)
         size = sum(f.stat().st_size for f in files)
-        _log(
+        log(
             f"wrote {dst} ({len(files)} safetensors file(s), {human_size(size)}) in "
             f"{time.monotonic() - started:.1f} s"
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import ConfigError, ExitCode, HeaderError, InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
+from mtpcheck.pipeline.progress import BATCH_BYTES
 from mtpcheck.pipeline.roundtrip import (
     Conversions,
     Opened,
@@ -47,6 +49,7 @@ from mtpcheck.pipeline.roundtrip import (
     release_workdir,
     sigterm_as_interrupt,
 )
+from mtpcheck.ticker import Ticker
 
 TIMEOUT_ENV = "MTPCHECK_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 4 * 3600
@@ -66,6 +69,9 @@ _TORCHRUN_ENV = {
     "MASTER_PORT",
 }
 """What torchrun sets for its workers (besides ``TORCHELASTIC_*``)."""
+
+POLL_S = 1.0
+"""How often rank 0 reads the other ranks' progress from the store."""
 
 _INPUT_ERRORS: dict[str, type[InputError]] = {
     c.__name__: c for c in (InputError, HeaderError, ConfigError)
@@ -138,6 +144,17 @@ class _Ranks:
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
+        self.calls = 0
+        """Sharded comparisons so far (each posts its progress under its own store key)."""
+
+    def store(self) -> Any:
+        """The rendezvous key-value store, or ``None`` where torch does not expose it."""
+        try:
+            from torch.distributed import distributed_c10d
+
+            return distributed_c10d._get_default_store()
+        except Exception:
+            return None
 
     def close(self) -> None:
         self.dist.destroy_process_group()
@@ -165,26 +182,113 @@ class _Ranks:
         return box[0]
 
 
-def _sharded_compare(ranks: _Ranks) -> Callable[..., list[TensorComparison]]:
+class _SharedProgress:
+    """Whole-job progress of one sharded comparison: every rank posts the bytes it has compared
+    to the rendezvous store (no collective, so no rank waits for it); on rank 0 a thread sums
+    them every :data:`POLL_S` and reports the whole through a :class:`Ticker`."""
+
+    def __init__(
+        self, ranks: _Ranks, key: str, shares: list[int], log: Callable[[str], None] | None
+    ) -> None:
+        self.ranks, self.key, self.shares = ranks, key, shares
+        self.store = ranks.store()
+        self.stop = threading.Event()
+        self.reported = 0
+        self.thread: threading.Thread | None = None
+        if ranks.rank == 0 and log is not None and self.store is not None:
+            label = f"comparing on {ranks.world} ranks"
+            self.ticker = Ticker(label, sum(shares), log)
+            self.thread = threading.Thread(target=self._watch, daemon=True)
+            self.thread.start()
+
+    def post(self, done: int) -> None:
+        if self.store is not None:
+            self.store.set(f"{self.key}/{self.ranks.rank}", str(done))
+
+    def _read(self) -> list[int]:
+        assert self.store is not None
+        done = []
+        for rank in range(self.ranks.world):
+            key = f"{self.key}/{rank}"
+            done.append(int(self.store.get(key)) if self.store.check([key]) else 0)
+        return done
+
+    def report(self) -> None:
+        """Rank 0: what every rank has posted so far, through the ticker."""
+        done = self._read()
+        finished = sum(d >= s for d, s in zip(done, self.shares, strict=True))
+        self.ticker.advance(sum(done) - self.reported, f"{finished} of {len(done)} ranks done")
+        self.reported = sum(done)
+
+    def _watch(self) -> None:
+        try:
+            while not self.stop.wait(POLL_S):
+                self.report()
+        except Exception:  # progress is a courtesy: a store hiccup must not stop the work
+            return
+
+    def close(self, pairs: int) -> None:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            self.ticker.finish(f"{pairs} tensors")
+
+
+def _sharded_compare(
+    ranks: _Ranks, log: Callable[[str], None] | None = None
+) -> Callable[..., list[TensorComparison]]:
     def compare(
         a: Checkpoint, b: Checkpoint, pairs: Sequence[tuple[str, str]]
     ) -> list[TensorComparison]:
-        share = split_by_bytes([_cost(a, b, x, y) for x, y in pairs], ranks.world)[ranks.rank]
+        costs = [_cost(a, b, x, y) for x, y in pairs]
+        shares = split_by_bytes(costs, ranks.world)
+        share = shares[ranks.rank]
+        ranks.calls += 1
+        progress = _SharedProgress(
+            ranks,
+            f"mtpcheck/progress/{ranks.calls}",
+            [sum(costs[i] for i in s) for s in shares],
+            log,
+        )
         failure: BaseException | None = None
         done: list[tuple[int, TensorComparison]] = []
         try:
-            done = list(zip(share, compare_many(a, b, [pairs[i] for i in share]), strict=True))
+            compared = 0
+            for batch in _index_batches(share, costs):
+                results = compare_many(a, b, [pairs[i] for i in batch])
+                done += zip(batch, results, strict=True)
+                compared += sum(costs[i] for i in batch)
+                progress.post(compared)
         except BaseException as e:  # every rank must reach the collectives below
             failure = e
-        ranks.settle(failure)
-        results: list[TensorComparison | None] = [None] * len(pairs)
-        for part in ranks.gather(done):
-            for i, comparison in part:
-                results[i] = comparison
+        try:
+            ranks.settle(failure)
+            results: list[TensorComparison | None] = [None] * len(pairs)
+            for part in ranks.gather(done):
+                for i, comparison in part:
+                    results[i] = comparison
+        finally:
+            progress.close(len(pairs))
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
     return compare
+
+
+def _index_batches(share: Sequence[int], costs: Sequence[int]) -> list[list[int]]:
+    """``share`` cut into runs of about :data:`BATCH_BYTES` (one post to the store each)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for i in share:
+        current.append(i)
+        held += costs[i]
+        if held >= BATCH_BYTES:
+            batches.append(current)
+            current, held = [], 0
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _quiet(build: Callable[[], Report]) -> int:
@@ -219,11 +323,12 @@ def diff_across_ranks(
     all_tensors: bool,
     trust_pickle: bool,
     execute: Callable[[Callable[[], Report]], int],
+    log: Callable[[str], None] | None = None,
 ) -> int:
     """Run ``mtpcheck diff`` as one rank of ``WORLD_SIZE``; returns rank 0's exit code.
 
     ``execute`` renders the report and maps outcomes to exit codes (the CLI's); it runs on
-    rank 0 only.
+    rank 0 only. ``log``: rank 0's progress of the whole comparison.
     """
     ranks = _Ranks()
     try:
@@ -237,7 +342,9 @@ def diff_across_ranks(
                 failure = e
             ranks.settle(failure)
             assert opened is not None
-            return diff_report(*opened, all_tensors=all_tensors, compare=_sharded_compare(ranks))
+            return diff_report(
+                *opened, all_tensors=all_tensors, compare=_sharded_compare(ranks, log)
+            )
 
         code = execute(build) if ranks.rank == 0 else _quiet(build)
         return _exit_together(ranks, code)
@@ -300,6 +407,7 @@ def _check_across(
     failure: BaseException | None,
     conversions: Conversions | None,
     opts: RoundtripOptions,
+    log: Callable[[str], None],
     opened: Opened | None = None,
 ) -> Report:
     """Every rank: rank 0's outcome of the conversions, then the checks, compared in shares.
@@ -314,7 +422,7 @@ def _check_across(
         unopened = _shared_paths_hint(ranks.rank, e)
     ranks.settle(unopened)
     assert opened is not None
-    return check(shared, opened, opts.all_tensors, _sharded_compare(ranks))
+    return check(shared, opened, opts.all_tensors, _sharded_compare(ranks, log))
 
 
 def roundtrip_across_ranks(
@@ -335,7 +443,7 @@ def roundtrip_across_ranks(
     try:
         with sigterm_as_interrupt():  # until the end, a SIGTERM still removes the work directory
             ranks = _Ranks()
-            build = partial(_check_across, ranks, failure, conversions, opts, opened)
+            build = partial(_check_across, ranks, failure, conversions, opts, log, opened)
             code = execute(build) if ranks.rank == 0 else _quiet(build)
         return _exit_together(ranks, code)
     finally:

@@ -1,4 +1,4 @@
-"""Human-readable terminal output; the only module besides cli.py that uses rich."""
+"""Human-readable terminal output (rich; the CLI's live progress bar is the only other user)."""
 
 from __future__ import annotations
 
