@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.tensor_match import compare
-from mtpcheck.families import CopyPolicy, MtpAnalysis, analyse, summarise
+from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
@@ -18,12 +18,16 @@ from mtpcheck.model import (
 def family_check(analysis: MtpAnalysis) -> CheckResult:
     if analysis.family is not None:
         f = analysis.family
-        finding = Finding(
-            f.key,
-            Status.PASS,
-            f"{f.display} (model_type {analysis.model_type or 'absent'}, "
-            f"projection concat {f.concat_order.value})",
-        )
+        if f.drafter is Drafter.SEPARATE:
+            shape = "no MTP layers inside; its drafter ships as a separate checkpoint"
+        elif f.drafter is Drafter.IS_DRAFTER:
+            shape = "a separate drafter checkpoint, not MTP layers inside a model"
+        elif f.concat_order is ConcatOrder.SPLIT:
+            shape = "embedding and hidden state projected apart, then summed"
+        else:
+            shape = f"projection concat {f.concat_order.value}"
+        model_type = analysis.model_type or "absent"
+        finding = Finding(f.key, Status.PASS, f"{f.display} (model_type {model_type}, {shape})")
     else:
         finding = Finding(
             str(analysis.model_type),
@@ -42,7 +46,15 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
     complete = analysis.complete_layers
     d = declared.value
     src = declared.source
-    if d is None or d == 0:
+    drafter = analysis.family.drafter if analysis.family else Drafter.INSIDE
+    if drafter is not Drafter.INSIDE and found == 0 and not d:
+        what = (
+            "the drafter ships as a separate checkpoint"
+            if drafter is Drafter.SEPARATE
+            else "this checkpoint is itself the drafter"
+        )
+        finding = Finding("mtp-count", Status.PASS, f"no MTP layers expected: {what}")
+    elif d is None or d == 0:
         if found == 0:
             what = "no MTP layers declared" if d is None else "config declares 0 MTP layers"
             finding = Finding("mtp-count", Status.PASS, f"{what} ({src}); none present")

@@ -1,7 +1,7 @@
 """MTP family registry and the pure functions that locate MTP layers."""
 
 from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, FAMILY_BY_NAME
-from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
+from mtpcheck.families.interface import ConcatOrder, CopyPolicy, Drafter, MtpFamily, SharedCopy
 from mtpcheck.families.layout import (
     DeclaredCount,
     MtpAnalysis,
@@ -17,6 +17,7 @@ __all__ = [
     "ConcatOrder",
     "CopyPolicy",
     "DeclaredCount",
+    "Drafter",
     "MtpAnalysis",
     "MtpFamily",
     "SharedCopy",

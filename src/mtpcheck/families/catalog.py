@@ -1,10 +1,13 @@
 """The MTP family registry: one entry per family, as data.
 
-Facts and their sources are collected in the project README ("Supported families").
+Facts and their sources are collected in the project README ("Supported families"); the
+families released in 2025-2026 are in :mod:`mtpcheck.families.catalog_2026`, each with its
+sources.
 """
 
 from __future__ import annotations
 
+from mtpcheck.families.catalog_2026 import FAMILIES_2026
 from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
 
 _NEXTN = ("num_nextn_predict_layers",)
@@ -255,7 +258,7 @@ MEGATRON = MtpFamily(
 )
 """Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""
 
-FAMILIES = (*FAMILIES, MEGATRON)
+FAMILIES = (*FAMILIES, *FAMILIES_2026, MEGATRON)
 
 FAMILY_BY_NAME: dict[str, MtpFamily] = {f.key: f for f in FAMILIES}
 FAMILY_BY_MODEL_TYPE: dict[str, MtpFamily] = {t: f for f in FAMILIES for t in f.model_types}
@@ -265,6 +268,7 @@ GENERIC_COUNT_KEYS = (
     "mtp_num_hidden_layers",
     "num_mtp_layers",
     "mtp_num_layers",
+    "num_mtp_modules",
     "mtp_config.num_nextn_predict_layers",
 )
 """Count keys tried, in order, for a checkpoint of unknown family."""

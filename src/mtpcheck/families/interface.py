@@ -24,6 +24,19 @@ class ConcatOrder(str, enum.Enum):
     """``proj(cat(norm(embedding), norm(hidden)))``: DeepSeek, GLM, Qwen3-Next, Megatron."""
     HIDDEN_FIRST = "hidden-first"
     """``proj(cat(norm(hidden), norm(embedding)))``: MiMo."""
+    SPLIT = "split"
+    """Two ``[H, H]`` projections, one per input, summed (DeepSeek-V4 ``e_proj`` / ``h_proj``)."""
+
+
+class Drafter(str, enum.Enum):
+    """Where a family's draft model ships."""
+
+    INSIDE = "inside"
+    """MTP layers inside the checkpoint (every family but the ones below)."""
+    SEPARATE = "separate"
+    """A main model whose drafter ships as a checkpoint of its own (Gemma 4)."""
+    IS_DRAFTER = "is-drafter"
+    """The checkpoint is such a separate drafter (Gemma 4 assistant)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +55,9 @@ class MtpFamily:
 
     Templates are full tensor names with placeholders: ``{i}`` is the 0-based MTP depth and
     ``{n}`` the absolute layer number ``num_hidden_layers + i``. A template without either
-    placeholder names a tensor shared by all MTP layers and is counted with layer 0.
+    placeholder names a tensor shared by all MTP layers and is counted with layer 0. Where one
+    depth spans several flat layers (``flat_layers_key``), ``{i}`` in ``layer_prefix`` is the
+    flat index, and ``{first}`` / ``{last}`` name the first and last flat layer of a depth.
     """
 
     key: str
@@ -77,4 +92,11 @@ class MtpFamily:
     shared_expert_style: str = "shared_experts"
     """HF name of the MoE shared expert block: ``shared_experts`` or Qwen's gated
     ``shared_expert``."""
+    block_lacks: tuple[str, ...] = ()
+    """Name prefixes (relative to a decoder layer) that main layers hold and MTP blocks do
+    not, by design (HY-V4's hyper-connection weights)."""
+    flat_layers_keys: tuple[str, ...] = ()
+    """Config keys of the per-depth layer pattern (a string or list; its length is the flat
+    layers a depth spans) when one depth spans several (Nemotron-H); empty: one a depth."""
+    drafter: Drafter = Drafter.INSIDE
     notes: str = ""

@@ -6,7 +6,7 @@ import bisect
 import functools
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -145,7 +145,9 @@ def _hidden_layers(
 
 @functools.lru_cache(maxsize=256)
 def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
-    body = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{n\}", r"(?P<n>\d+)")
+    body = re.escape(template)
+    for name in ("i", "n", "first", "last"):
+        body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
 
 
@@ -221,20 +223,42 @@ def _joined(names: list[str]) -> str | None:
     return joined if joined.count("\n") == len(names) else None
 
 
-def _fill(template: str, i: int, base: int) -> str:
-    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
+def _fill(template: str, i: int, base: int, span: int = 1) -> str:
+    """``template`` for depth ``i`` (``{i}`` in a flat family's layer prefix: the flat index)."""
+    return (
+        template.replace("{first}", str(i * span))
+        .replace("{last}", str(i * span + span - 1))
+        .replace("{i}", str(i))
+        .replace("{n}", str(base + i))
+    )
 
 
-def _infer_base(family: MtpFamily, names: list[str]) -> int:
-    """Without num_hidden_layers, take N as the first layer holding an MTP-only tensor."""
+def _span(family: MtpFamily, config: Mapping[str, Any]) -> int:
+    """Flat layers one MTP depth spans: the length of the family's per-depth pattern."""
+    for key in family.flat_layers_keys:
+        for path in (key, f"text_config.{key}"):
+            value = lookup(config, path)
+            if isinstance(value, str | list) and value:
+                return len(value)
+    return 1
+
+
+def _first_specific_layer(family: MtpFamily, names: list[str]) -> int | None:
+    """The lowest absolute layer number holding an MTP-only tensor, if any."""
     found = []
     for template in family.specific:
         if "{n}" not in template:
             continue
         pattern = _pattern(template, prefix_only=False)
         found.extend(int(m.group("n")) for n in names if (m := pattern.match(n)))
-    if found:
-        return min(found)
+    return min(found) if found else None
+
+
+def _infer_base(family: MtpFamily, names: list[str]) -> int:
+    """Without num_hidden_layers, take N as the first layer holding an MTP-only tensor."""
+    found = _first_specific_layer(family, names)
+    if found is not None:
+        return found
     main = _pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
     layers = [int(m.group("n")) for n in names if (m := main.match(n))]
     return max(layers) + 1 if layers else 0
@@ -265,6 +289,33 @@ def _companion_base(rel: str) -> str:
     return rel
 
 
+_PER_EXPERT = re.compile(r"^mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.")
+PACKED_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+"""How transformers 5 and Qwen's BF16 releases store a layer's routed experts when packed."""
+
+
+def _in_block_form(
+    expected: frozenset[str], inner: set[str], main_prefix: str, tensors: Mapping[str, TensorMeta]
+) -> frozenset[str]:
+    """The main layer's tensor names as the MTP block stores them. Qwen3.5/3.6 releases pack
+    the routed experts of one and keep one tensor per expert in the other, either way round;
+    the expert count of packed main experts is their first dimension."""
+    packed = set(PACKED_EXPERTS)
+    per_expert = {rel for rel in expected if _PER_EXPERT.match(rel)}
+    if inner & packed and per_expert and not packed <= expected:
+        return frozenset((expected - per_expert) | packed)
+    if packed <= expected and not inner & packed and any(map(_PER_EXPERT.match, inner)):
+        meta = tensors.get(main_prefix + PACKED_EXPERTS[0])
+        count = meta.shape[0] if meta is not None and meta.shape else 0
+        unpacked = {
+            f"mlp.experts.{e}.{proj}.weight"
+            for e in range(count)
+            for proj in ("gate_proj", "up_proj", "down_proj")
+        }
+        return frozenset((expected - packed) | unpacked)
+    return expected
+
+
 def _pick_reference(
     main: dict[int, frozenset[str]], inner: set[str]
 ) -> tuple[int, frozenset[str]] | None:
@@ -290,11 +341,18 @@ def analyse(
         return _analyse_unknown(model_type, declared, hidden, names, tensors)
 
     base = hidden if hidden is not None else _infer_base(family, names)
+    early = _first_specific_layer(family, names) if hidden is not None else None
+    if early is not None and early < base:
+        base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
+    span = _span(family, config)
 
     def depth(groups: dict[str, str]) -> int:
-        if "n" in groups:
+        if groups.get("n") is not None:
             return int(groups["n"]) - base
-        return int(groups["i"]) if "i" in groups else 0
+        for key in ("i", "first", "last"):
+            if groups.get(key) is not None:
+                return int(groups[key]) // span
+        return 0
 
     members: dict[int, set[str]] = {}
     for start, stop, _, groups in _prefix_runs(names, family.layer_prefix):
@@ -315,7 +373,7 @@ def analyse(
     copies: list[tuple[str, str]] = []
     for i in sorted(wanted):
         present = members.get(i, set())
-        own = {_fill(t, i, base) for t in family.specific if i == 0 or "{" in t}
+        own = {_fill(t, i, base, span) for t in family.specific if i == 0 or "{" in t}
         missing = own - present
         for copy in family.copies:
             name = _fill(copy.template, i, base)
@@ -323,22 +381,23 @@ def analyse(
                 copies.append((name, copy.main))
             elif family.copy_policy is CopyPolicy.REQUIRED:
                 missing.add(name)
-        prefix = _fill(family.layer_prefix, i, base)
         copy_names = {_fill(c.template, i, base) for c in family.copies}
-        inner = {n[len(prefix) :] for n in present - own - copy_names if n.startswith(prefix)}
-        if family.inner_mirrors_main:
-            picked = _pick_reference(main, inner)
-            if picked is not None:
-                k, expected = picked
-                references[i] = family.main_layer_prefix.replace("{k}", str(k))
-                for rel in expected - inner:
-                    if _is_companion(rel):
-                        # A scale is needed only where the MTP weight itself is FP8 (or gone).
-                        base_meta = tensors.get(prefix + _companion_base(rel))
-                        if base_meta is not None and base_meta.dtype not in _ONE_BYTE_FLOATS:
-                            continue
-                    missing.add(prefix + rel)
-        layers.append(_layer_report(i, prefix, present, missing, tensors))
+        matched: list[str] = []
+        for flat in range(i * span, (i + 1) * span):
+            prefix = _fill(family.layer_prefix, flat, base)
+            inner = {n[len(prefix) :] for n in present - own - copy_names if n.startswith(prefix)}
+            if family.inner_mirrors_main:
+                picked = _pick_reference(main, inner)
+                if picked is not None:
+                    k, expected = picked
+                    main_prefix = family.main_layer_prefix.replace("{k}", str(k))
+                    matched.append(main_prefix)
+                    expected = _in_block_form(expected, inner, main_prefix, tensors)
+                    missing |= _lacking(family, expected - inner, prefix, tensors)
+        if matched:
+            references[i] = "*, ".join(matched)
+        first = _fill(family.layer_prefix, i * span, base)
+        layers.append(_layer_report(i, first, present, missing, tensors))
     return MtpAnalysis(
         family=family,
         model_type=model_type,
@@ -348,6 +407,24 @@ def analyse(
         copies=tuple(copies),
         reference_layers=references,
     )
+
+
+def _lacking(
+    family: MtpFamily, absent: Iterable[str], prefix: str, tensors: Mapping[str, TensorMeta]
+) -> set[str]:
+    """Full names of the reference layer's tensors that the MTP block under ``prefix`` lacks
+    and should hold."""
+    missing = set()
+    for rel in absent:
+        if rel.startswith(family.block_lacks):
+            continue  # main layers hold it, MTP blocks never do
+        if _is_companion(rel):
+            # A scale is needed only where the MTP weight itself is FP8 (or gone).
+            base_meta = tensors.get(prefix + _companion_base(rel))
+            if base_meta is not None and base_meta.dtype not in _ONE_BYTE_FLOATS:
+                continue
+        missing.add(prefix + rel)
+    return missing
 
 
 def _layer_report(

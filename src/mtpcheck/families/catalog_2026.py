@@ -1,0 +1,431 @@
+"""Registry entries for the MTP families released in 2025-2026, as data.
+
+Each entry names where its layout was confirmed: the transformers 5.24 model (config keys,
+main-model names as ``save_pretrained`` writes them, the ``_keys_to_ignore_on_load_unexpected``
+pattern that drops the MTP tensors on load) and the MTP loader of a serving engine (vLLM
+``vllm/model_executor/models/...`` or SGLang ``python/sglang/srt/models/...``), which is what
+reads the MTP tensors in practice.
+"""
+
+from __future__ import annotations
+
+from mtpcheck.families.interface import ConcatOrder, CopyPolicy, Drafter, MtpFamily, SharedCopy
+
+_NEXTN = ("num_nextn_predict_layers",)
+_QWEN_COUNT = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+_EH = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
+
+
+def _under(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(prefix + name for name in names)
+
+
+def _qwen_style(
+    key: str,
+    display: str,
+    model_types: tuple[str, ...],
+    architectures: tuple[str, ...],
+    root: str,
+    count_keys: tuple[str, ...] = _QWEN_COUNT,
+    default_count: int | None = 1,
+    gated_attention: bool = True,
+    notes: str = "",
+) -> MtpFamily:
+    """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
+    cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``."""
+    return MtpFamily(
+        key=key,
+        display=display,
+        model_types=model_types,
+        architectures=architectures,
+        count_keys=count_keys,
+        default_count=default_count,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(
+            "mtp.fc.weight",
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.norm.weight",
+        ),
+        projection="mtp.fc.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
+        main_layer_prefix=root + "layers.{k}.",
+        gated_attention=gated_attention,
+        shared_expert_style="shared_expert",
+        notes=notes,
+    )
+
+
+def _appended(
+    key: str,
+    display: str,
+    model_types: tuple[str, ...],
+    architectures: tuple[str, ...],
+    root: str,
+    tail: tuple[str, ...],
+    main_shared: tuple[str, str] | None = None,
+    copies: tuple[SharedCopy, ...] = (),
+    copy_policy: CopyPolicy = CopyPolicy.NONE,
+    block_lacks: tuple[str, ...] = (),
+    notes: str = "",
+) -> MtpFamily:
+    """DeepSeek-style families: MTP layer ``i`` appended as decoder layer
+    ``num_hidden_layers + i`` under ``root``, with enorm/hnorm/eh_proj and the ``tail``
+    tensors of its own around a block that mirrors a main layer."""
+    prefix = root + "layers.{n}."
+    return MtpFamily(
+        key=key,
+        display=display,
+        model_types=model_types,
+        architectures=architectures,
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix=prefix,
+        specific=_under(prefix, (*_EH, *tail)),
+        projection=prefix + "eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        copies=copies,
+        copy_policy=copy_policy,
+        main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
+        main_layer_prefix=root + "layers.{k}.",
+        block_lacks=block_lacks,
+        notes=notes,
+    )
+
+
+def _qwen4_exp(key: str, model_type: str, architecture: str, root: str) -> MtpFamily:
+    return MtpFamily(
+        key=key,
+        display="Qwen3.8-Flash-Next (qwen4_exp)",
+        model_types=(model_type,),
+        architectures=(architecture,),
+        count_keys=_QWEN_COUNT,
+        default_count=1,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(
+            "mtp.fc_embedding.weight",
+            "mtp.fc_hidden.weight",
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.hyper_connection_mixer.hc_norm.weight",
+            "mtp.hyper_connection_mixer.input_mix_weight_down.weight",
+            "mtp.hyper_connection_mixer.input_mix_weight_up.weight",
+        ),
+        projection="mtp.fc_embedding.weight",
+        concat_order=ConcatOrder.SPLIT,
+        main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
+        main_layer_prefix=root + "layers.{k}.",
+        gated_attention=True,
+        shared_expert_style="shared_expert",
+        block_lacks=("ple.",),
+        notes="main layers with per-layer embeddings (ple.*) have them; the MTP block does not",
+    )
+
+
+FAMILIES_2026: tuple[MtpFamily, ...] = (
+    # transformers models/qwen3_5{,_moe}; vLLM qwen3_5_mtp.py (Qwen3_5MTP, Qwen3_5MoeMTP),
+    # SGLang qwen3_5_mtp.py. Count in text_config; vLLM assumes 1 when absent.
+    _qwen_style(
+        "qwen3_5",
+        "Qwen3.5 / 3.6 (VLM)",
+        ("qwen3_5", "qwen3_5_moe"),
+        ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
+        root="model.language_model.",
+        notes="MTP block is a full-attention layer; MoE releases pack experts in one of main "
+        "and MTP and not the other, either way round",
+    ),
+    _qwen_style(
+        "qwen3_5_text",
+        "Qwen3.5 / 3.6 (text-only)",
+        ("qwen3_5_text", "qwen3_5_moe_text"),
+        ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
+        root="model.",
+    ),
+    # transformers models/exaone_moe; vLLM exaone_moe_mtp.py, SGLang exaone_moe_mtp.py.
+    # The MTP block has a dense MLP (it mirrors main layer 0, not the MoE layers).
+    _qwen_style(
+        "exaone_moe",
+        "K-EXAONE (EXAONE MoE)",
+        ("exaone_moe",),
+        ("ExaoneMoeForCausalLM", "ExaoneMoEForCausalLM"),
+        root="model.",
+        count_keys=_NEXTN,
+        gated_attention=False,
+    ),
+    # transformers models/exaone4_5 (text model exaone4, post-norm layers);
+    # vLLM exaone4_5_mtp.py reads the count from the top-level config, default 1.
+    _qwen_style(
+        "exaone4_5",
+        "EXAONE 4.5 (VLM)",
+        ("exaone4_5",),
+        ("Exaone4_5_ForConditionalGeneration",),
+        root="model.language_model.",
+        count_keys=_NEXTN,
+        gated_attention=False,
+    ),
+    # transformers models/qwen4_exp; SGLang qwen4_exp_mtp.py. No concat: the embedding and
+    # each hyper-connection stream of the hidden state are projected apart and summed.
+    *(
+        _qwen4_exp(key, model_type, arch, root)
+        for key, model_type, arch, root in (
+            ("qwen4_exp", "qwen4_exp", "Qwen4ExpForConditionalGeneration", "model.language_model."),
+            ("qwen4_exp_text", "qwen4_exp_text", "Qwen4ExpForCausalLM", "model."),
+        )
+    ),
+    # transformers models/deepseek_v4 (drops r"(^|\.)mtp\..*" on load); vLLM
+    # deepseek_v4_mtp.py, SGLang deepseek_v4_nextn.py. Names as released (no "model."
+    # prefix); e_proj and h_proj replace eh_proj; the MTP block has sliding-window attention
+    # only (no compressor or indexer). emb.tok_emb / head: copies in the Base release only.
+    MtpFamily(
+        key="deepseek_v4",
+        display="DeepSeek-V4",
+        model_types=("deepseek_v4",),
+        architectures=("DeepseekV4ForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="mtp.{i}.",
+        specific=_under(
+            "mtp.{i}.",
+            (
+                "enorm.weight",
+                "hnorm.weight",
+                "e_proj.weight",
+                "h_proj.weight",
+                "norm.weight",
+                "hc_head_fn",
+                "hc_head_base",
+                "hc_head_scale",
+            ),
+        ),
+        projection="mtp.{i}.e_proj.weight",
+        concat_order=ConcatOrder.SPLIT,
+        copies=(
+            SharedCopy("mtp.{i}.emb.tok_emb.weight", "embed.weight"),
+            SharedCopy("mtp.{i}.head.weight", "head.weight"),
+        ),
+        copy_policy=CopyPolicy.OPTIONAL,
+        main_shared=("embed.weight", "head.weight"),
+        main_layer_prefix="layers.{k}.",
+        block_lacks=("attn.compressor.", "attn.indexer."),
+        notes="e_proj(embedding) + h_proj(hidden); the Base release stores embed/head copies",
+    ),
+    # Kimi-K3: SGLang kimi_k3.py, TokenSpeed kimi_k3_nextn.py; no transformers class (its text
+    # model is kimi_linear). One DeepSeek-shaped layer after the KDA/MLA decoder.
+    _appended(
+        "kimi_k3",
+        "Kimi-K3",
+        ("kimi_k3",),
+        ("KimiK3ForConditionalGeneration",),
+        root="language_model.model.",
+        tail=("shared_head.norm.weight",),
+        main_shared=("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"),
+        copies=(
+            SharedCopy(
+                "language_model.model.layers.{n}.embed_tokens.weight",
+                "language_model.model.embed_tokens.weight",
+            ),
+            SharedCopy(
+                "language_model.model.layers.{n}.shared_head.head.weight",
+                "language_model.lm_head.weight",
+            ),
+        ),
+        copy_policy=CopyPolicy.OPTIONAL,
+    ),
+    # transformers models/glm5_next (ignores r"layers\.45\." on load); SGLang glm5_next_nextn.py.
+    # The MTP layer mirrors a DSA + MoE layer without the hyper-connection (hc_*) tensors.
+    _appended(
+        "glm5_next",
+        "GLM-5.3-Flash",
+        ("glm5_next",),
+        ("Glm5NextForConditionalGeneration",),
+        root="model.language_model.",
+        tail=("shared_head.norm.weight",),
+        main_shared=("model.language_model.embed_tokens.weight", "lm_head.weight"),
+        block_lacks=("hc_",),
+    ),
+    # openPangu: vLLM openpangu_mtp.py (DeepSeek's MTP layer); remote code, no transformers class.
+    _appended(
+        "pangu_ultra_moe",
+        "openPangu Ultra MoE",
+        ("pangu_ultra_moe",),
+        ("PanguUltraMoEForCausalLM",),
+        root="model.",
+        tail=("shared_head.norm.weight",),
+        copies=(
+            SharedCopy("model.layers.{n}.embed_tokens.weight", "model.embed_tokens.weight"),
+            SharedCopy("model.layers.{n}.shared_head.head.weight", "lm_head.weight"),
+        ),
+        copy_policy=CopyPolicy.OPTIONAL,
+    ),
+    # transformers models/hy_v3 (ignores r"model\.layers\.80.*"); vLLM hy_v3_mtp.py, SGLang
+    # hunyuan_v3_nextn.py ("released checkpoints store the draft head's output norm as
+    # model.layers.<N>.final_layernorm.weight"). Stored embed/head copies are skipped by vLLM.
+    _appended(
+        "hy_v3",
+        "Hunyuan HY-V3",
+        ("hy_v3",),
+        ("HYV3ForCausalLM",),
+        root="model.",
+        tail=("final_layernorm.weight",),
+    ),
+    # transformers models/hy_v4 (ignores r"model\.mtp_layers\..*"); vLLM hy_v4 mtp.py. The MTP
+    # block carries no hyper-connection (hc_pre.*) weights.
+    MtpFamily(
+        key="hy_v4",
+        display="Hunyuan HY-V4",
+        model_types=("hy_v4",),
+        architectures=("HYV4ForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="model.mtp_layers.{i}.",
+        specific=_under("model.mtp_layers.{i}.", (*_EH, "final_layernorm.weight")),
+        projection="model.mtp_layers.{i}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        block_lacks=("hc_pre.",),
+    ),
+    # transformers models/bailing_hybrid (bailing_moe_v2 is remote code); SGLang
+    # bailing_moe_nextn.py. Embedding is model.word_embeddings.
+    _appended(
+        "bailing",
+        "Ling / Ring 2.x (Bailing)",
+        ("bailing_hybrid", "bailing_moe_v2", "bailing_moe"),
+        ("BailingHybridForCausalLM", "BailingMoeV2ForCausalLM"),
+        root="model.",
+        tail=("final_layernorm.weight",),
+        main_shared=("model.word_embeddings.weight", "lm_head.weight"),
+        notes="some remote code counts the MTP layer inside num_hidden_layers; the layer is "
+        "found where its eh_proj is",
+    ),
+    # transformers models/step3p7 (builds its ignore pattern from the count and loads the layers
+    # in MtpModel for generate(use_mtp=True)); vLLM step3p5_mtp.py. Step-3.5's own entry keeps
+    # its transformer.shared_head.{norm,output} names; transformers' MtpModel reads these.
+    _appended(
+        "step3p7",
+        "Step-3.7",
+        ("step3p7",),
+        ("Step3p7ForConditionalGeneration",),
+        root="model.",
+        tail=("shared_head.norm.weight", "shared_head.head.weight"),
+        notes="3 MTP layers with sliding attention and a dense MLP, each with its own head",
+    ),
+    # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_mtp.py. No
+    # count key: vLLM loads 1 of the 3 layers released checkpoints hold. The block has SWA
+    # attention and a dense MLP with its own norm names, so its tensors are listed.
+    MtpFamily(
+        key="mimo_v2_flash",
+        display="MiMo-V2-Flash",
+        model_types=("mimo_v2_flash",),
+        architectures=("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"),
+        count_keys=_NEXTN,
+        default_count=3,
+        layer_prefix="model.mtp.layers.{i}.",
+        specific=_under(
+            "model.mtp.layers.{i}.",
+            (
+                *_EH,
+                "input_layernorm.weight",
+                "self_attn.q_proj.weight",
+                "self_attn.k_proj.weight",
+                "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight",
+                "pre_mlp_layernorm.weight",
+                "mlp.gate_proj.weight",
+                "mlp.up_proj.weight",
+                "mlp.down_proj.weight",
+                "final_layernorm.weight",
+            ),
+        ),
+        projection="model.mtp.layers.{i}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        inner_mirrors_main=False,
+        notes="no count key; released checkpoints hold 3 MTP layers (vLLM loads the first)",
+    ),
+    # transformers models/minimax_m3_vl (ignores r"(^|\.)mtp\..*"); vLLM minimax_m3 mtp.py:
+    # enorm/hnorm/eh_proj/final_layernorm around a sparse-attention + MoE transformer_layer.
+    MtpFamily(
+        key="minimax_m3",
+        display="MiniMax-M3",
+        model_types=("minimax_m3_vl",),
+        architectures=("MiniMaxM3SparseForConditionalGeneration",),
+        count_keys=("num_mtp_modules",),
+        default_count=None,
+        layer_prefix="language_model.model.mtp.layers.{i}.transformer_layer.",
+        specific=_under("language_model.model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
+        projection="language_model.model.mtp.layers.{i}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        main_shared=("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"),
+        main_layer_prefix="language_model.model.layers.{k}.",
+    ),
+    # MiniMax-M2 / M2.5 / M2.7 configs advertise use_mtp and num_mtp_modules: 3, but no
+    # release ships MTP weights (MiniMax-M2.7 issue #16); no engine has an MTP loader. The
+    # layout below is MiniMax-M3's, the only one published.
+    MtpFamily(
+        key="minimax_m2",
+        display="MiniMax-M2",
+        model_types=("minimax_m2",),
+        architectures=("MiniMaxM2ForCausalLM",),
+        count_keys=("num_mtp_modules",),
+        default_count=None,
+        layer_prefix="model.mtp.layers.{i}.transformer_layer.",
+        specific=_under("model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
+        projection="model.mtp.layers.{i}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        notes="configs advertise 3 MTP modules; released weights hold none",
+    ),
+    # transformers models/nemotron_h (ignores r"mtp.*"); vLLM nemotron_h_mtp.py, SGLang
+    # nemotron_h_mtp.py, Megatron-Bridge nemotron_h_bridge.py: depth d spans the flat layers
+    # mtp.layers.{d*L .. d*L+L-1}, L = len(mtp_hybrid_override_pattern); each mirrors a main
+    # layer of its pattern character; enorm/hnorm/eh_proj on the first, final_layernorm on the
+    # last.
+    MtpFamily(
+        key="nemotron_h",
+        display="Nemotron-H / Nemotron 3",
+        model_types=("nemotron_h",),
+        architectures=("NemotronHForCausalLM",),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(
+            "mtp.layers.{first}.enorm.weight",
+            "mtp.layers.{first}.hnorm.weight",
+            "mtp.layers.{first}.eh_proj.weight",
+            "mtp.layers.{last}.final_layernorm.weight",
+        ),
+        projection="mtp.layers.{first}.eh_proj.weight",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        main_shared=("backbone.embeddings.weight", "lm_head.weight"),
+        main_layer_prefix="backbone.layers.{k}.",
+        flat_layers_keys=("mtp_hybrid_override_pattern", "mtp_layers_block_type"),
+    ),
+    # transformers models/gemma4 and models/gemma4_assistant; vLLM gemma4_mtp.py. Gemma 4's
+    # drafter is a repository of its own (<target>-assistant); the main model holds none.
+    MtpFamily(
+        key="gemma4",
+        display="Gemma 4",
+        model_types=("gemma4", "gemma4_text", "gemma4_unified"),
+        architectures=("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(),
+        projection="",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        drafter=Drafter.SEPARATE,
+        notes="the drafter ships as a separate <model>-assistant repository",
+    ),
+    MtpFamily(
+        key="gemma4_assistant",
+        display="Gemma 4 assistant (drafter)",
+        model_types=("gemma4_assistant", "gemma4_unified_assistant"),
+        architectures=("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"),
+        count_keys=_NEXTN,
+        default_count=None,
+        layer_prefix="mtp.layers.{i}.",
+        specific=(),
+        projection="",
+        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        drafter=Drafter.IS_DRAFTER,
+        notes="a whole drafter model; its backbone_hidden_size must equal the target's hidden_size",
+    ),
+)
