@@ -34,3 +34,16 @@ def test_regenerated_fixtures_are_byte_identical(tmp_path: Path, monkeypatch) ->
                 assert a == b, family
             else:
                 assert ours.read_bytes() == theirs.read_bytes(), f"{family}/{name}"
+
+
+def test_regenerated_2026_fixtures_are_byte_identical(tmp_path: Path) -> None:
+    import transformers
+
+    if transformers.__version__ != WRITTEN_WITH:
+        pytest.skip(f"fixtures were written with transformers {WRITTEN_WITH}")
+    script = runpy.run_path(str(FIXTURES / "make_families_2026.py"))
+    script["main"]([str(tmp_path)])
+    for family in script["FAMILIES_2026"]:
+        for name in ("config.json", "model.safetensors"):
+            ours, theirs = tmp_path / family / name, FIXTURES / family / name
+            assert ours.read_bytes() == theirs.read_bytes(), f"{family}/{name}"

@@ -396,7 +396,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         main_shared=("backbone.embeddings.weight", "lm_head.weight"),
         main_layer_prefix="backbone.layers.{k}.",
-        flat_layers_keys=("mtp_hybrid_override_pattern", "mtp_layers_block_type"),
+        flat_layers_keys=(
+            ("mtp_hybrid_override_pattern", "hybrid_override_pattern"),
+            ("mtp_layers_block_type", "layers_block_type"),
+        ),
     ),
     # transformers models/gemma4 and models/gemma4_assistant; vLLM gemma4_mtp.py. Gemma 4's
     # drafter is a repository of its own (<target>-assistant); the main model holds none.

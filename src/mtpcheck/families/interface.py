@@ -95,8 +95,9 @@ class MtpFamily:
     block_lacks: tuple[str, ...] = ()
     """Name prefixes (relative to a decoder layer) that main layers hold and MTP blocks do
     not, by design (HY-V4's hyper-connection weights)."""
-    flat_layers_keys: tuple[str, ...] = ()
-    """Config keys of the per-depth layer pattern (a string or list; its length is the flat
-    layers a depth spans) when one depth spans several (Nemotron-H); empty: one a depth."""
+    flat_layers_keys: tuple[tuple[str, str], ...] = ()
+    """(MTP pattern key, main pattern key) pairs, tried in order, when one depth spans several
+    flat layers (Nemotron-H): the MTP pattern's length is the layers a depth spans, and flat
+    layer ``j`` mirrors main layers of the same pattern entry. Empty: one layer a depth."""
     drafter: Drafter = Drafter.INSIDE
     notes: str = ""

@@ -233,14 +233,16 @@ def _fill(template: str, i: int, base: int, span: int = 1) -> str:
     )
 
 
-def _span(family: MtpFamily, config: Mapping[str, Any]) -> int:
-    """Flat layers one MTP depth spans: the length of the family's per-depth pattern."""
-    for key in family.flat_layers_keys:
-        for path in (key, f"text_config.{key}"):
-            value = lookup(config, path)
-            if isinstance(value, str | list) and value:
-                return len(value)
-    return 1
+def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The MTP per-depth pattern and the main layers' pattern (one entry a layer; empty when
+    the config has none). Hub configs spell them as strings, transformers' as lists."""
+    for mtp_key, main_key in family.flat_layers_keys:
+        for root in ("", "text_config."):
+            mtp = lookup(config, root + mtp_key)
+            if isinstance(mtp, str | list) and mtp:
+                main = lookup(config, root + main_key)
+                return list(mtp), list(main) if isinstance(main, str | list) else []
+    return [], []
 
 
 def _first_specific_layer(family: MtpFamily, names: list[str]) -> int | None:
@@ -344,7 +346,8 @@ def analyse(
     early = _first_specific_layer(family, names) if hidden is not None else None
     if early is not None and early < base:
         base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
-    span = _span(family, config)
+    mtp_kinds, main_kinds = _patterns(family, config)
+    span = max(1, len(mtp_kinds))
 
     def depth(groups: dict[str, str]) -> int:
         if groups.get("n") is not None:
@@ -368,32 +371,58 @@ def analyse(
 
     main = _main_layers(family, names, base)
     wanted = set(members) | set(range(declared.value or 0))
+    copy_names = {i: {_fill(c.template, i, base) for c in family.copies} for i in wanted}
+    own = {
+        i: {_fill(t, i, base, span) for t in family.specific if i == 0 or "{" in t} for i in wanted
+    }
+
+    def inner_of(i: int, flat: int) -> tuple[str, set[str]]:
+        prefix = _fill(family.layer_prefix, flat, base)
+        rest = members.get(i, set()) - own[i] - copy_names[i]
+        return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
+
+    def candidates(flat: int) -> dict[int, frozenset[str]]:
+        """Main layers a flat MTP layer can mirror: those of its pattern entry, if known."""
+        if not mtp_kinds or not main_kinds:
+            return main
+        kind = mtp_kinds[flat % span]
+        return {k: v for k, v in main.items() if k < len(main_kinds) and main_kinds[k] == kind}
+
+    # A block that is wholly gone mirrors what its siblings at the same position mirror.
+    sibling: dict[int, int] = {}
+    for i in sorted(wanted):
+        for flat in range(i * span, (i + 1) * span):
+            inner = inner_of(i, flat)[1]
+            if inner and flat % span not in sibling:
+                if (picked := _pick_reference(candidates(flat), inner)) is not None:
+                    sibling[flat % span] = picked[0]
+
     layers = []
     references: dict[int, str] = {}
     copies: list[tuple[str, str]] = []
     for i in sorted(wanted):
         present = members.get(i, set())
-        own = {_fill(t, i, base, span) for t in family.specific if i == 0 or "{" in t}
-        missing = own - present
+        missing = own[i] - present
         for copy in family.copies:
             name = _fill(copy.template, i, base)
             if name in present:
                 copies.append((name, copy.main))
             elif family.copy_policy is CopyPolicy.REQUIRED:
                 missing.add(name)
-        copy_names = {_fill(c.template, i, base) for c in family.copies}
         matched: list[str] = []
         for flat in range(i * span, (i + 1) * span):
-            prefix = _fill(family.layer_prefix, flat, base)
-            inner = {n[len(prefix) :] for n in present - own - copy_names if n.startswith(prefix)}
-            if family.inner_mirrors_main:
-                picked = _pick_reference(main, inner)
-                if picked is not None:
-                    k, expected = picked
-                    main_prefix = family.main_layer_prefix.replace("{k}", str(k))
-                    matched.append(main_prefix)
-                    expected = _in_block_form(expected, inner, main_prefix, tensors)
-                    missing |= _lacking(family, expected - inner, prefix, tensors)
+            prefix, inner = inner_of(i, flat)
+            if not family.inner_mirrors_main:
+                continue
+            pool = candidates(flat)
+            k = sibling.get(flat % span) if not inner else None
+            picked = (k, pool[k]) if k in pool else _pick_reference(pool, inner)
+            if picked is None:
+                continue
+            main_prefix = family.main_layer_prefix.replace("{k}", str(picked[0]))
+            matched.append(main_prefix)
+            expected = _in_block_form(picked[1], inner, main_prefix, tensors)
+            missing |= _lacking(family, expected - inner, prefix, tensors)
         if matched:
             references[i] = "*, ".join(matched)
         first = _fill(family.layer_prefix, i * span, base)
