@@ -338,3 +338,32 @@ def test_gemma4_main_model_has_its_drafter_elsewhere(run_cli, tmp_path: Path) ->
     assert _findings(report, "mtp-count") == [
         ("pass", "no MTP layers expected: this checkpoint is itself the drafter")
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "tensor"),
+    [
+        ("deepseek_v4", "mtp.0.h_proj.weight"),
+        ("nemotron_h", "mtp.layers.1.final_layernorm.weight"),
+        ("qwen3_5_moe", "mtp.layers.0.mlp.experts.gate_up_proj"),
+        (
+            "minimax_m3",
+            "language_model.model.mtp.layers.0.transformer_layer.self_attn.index_q_proj.weight",
+        ),
+    ],
+)
+def test_diff_scopes_the_mtp_layers_of_new_families(
+    run_cli, tmp_path: Path, name: str, tensor: str
+) -> None:
+    dst = tmp_path / name
+    shutil.copytree(FIXTURES / name, dst)
+    flip_bit(dst / "model.safetensors", open_checkpoint(dst).tensors[tensor].offset + 1, bit=0)
+    run = run_cli("diff", FIXTURES / name, dst, "--format", "json")
+    assert run.exit_code == 1, run
+    report = json.loads(run.stdout)
+    differing = [t["name"] for t in report["tensors"] if t["status"] != "equal"]
+    assert differing == [tensor]
+    scoped = {t["name"] for t in report["tensors"]}
+    ckpt = open_checkpoint(FIXTURES / name)
+    assert scoped == set(_analysis(FIXTURES / name).scope(ckpt.tensors))  # MTP + embed/head
+    assert tensor in scoped
