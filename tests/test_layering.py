@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
     "ticker": {"units"},
-    "formats": {"model", "errors", "dtypes", "chunks"},
+    "formats": {"model", "errors", "dtypes", "chunks", "units"},
     "families": {"model", "errors"},
     "mapping": {"model", "errors", "dtypes", "chunks", "families"},
     "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping"},
@@ -59,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 # third-party modules a layer may import
 THIRD_PARTY: dict[str, set[str]] = {
-    "formats": {"torch", "yaml"},
+    "formats": {"torch", "yaml", "huggingface_hub"},  # huggingface_hub: hf:// inputs only
     "report": {"rich"},
     "cli": {"click", "rich"},  # rich: the live progress bar (cli/stderr_log.py)
     "checks": {"numpy"},
@@ -77,6 +77,7 @@ STDLIB_ONLY_OR_LISTED = {
     "megatron",
     "safetensors",
     "matplotlib",
+    "huggingface_hub",
 }
 
 

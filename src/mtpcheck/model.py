@@ -77,6 +77,19 @@ class Checkpoint(Protocol):
         ...
 
 
+@runtime_checkable
+class HeadersOnly(Protocol):
+    """A checkpoint known by its headers, whose tensor bytes may not be at hand (a Hub
+    repository): ``why_no_bytes`` is empty when they can be read."""
+
+    @property
+    def why_no_bytes(self) -> str: ...
+
+    def file_sha256(self, file: str) -> str | None:
+        """The sha256 of the whole file ``file`` (``TensorMeta.file``), where known for free."""
+        ...
+
+
 class Status(str, enum.Enum):
     """Outcome of one check or finding. Only FAIL makes a verdict fail."""
 
@@ -124,6 +137,8 @@ class TensorStatus(str, enum.Enum):
     DTYPE_CHANGED = "dtype_changed"
     BITS_DIFFER = "bits_differ"
     UNREADABLE = "unreadable"
+    NOT_COMPARED = "not_compared"
+    """Same dtype and shape, bytes not at hand (a Hub repository read by its headers)."""
 
 
 @dataclass(frozen=True)

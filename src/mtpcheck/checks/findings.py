@@ -32,6 +32,11 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
         return f"shape changed {list(c.shape[0] or ())} -> {list(c.shape[1] or ())}"
     if c.status is TensorStatus.UNREADABLE:
         return "bytes unreadable (file truncated)"
+    if c.status is TensorStatus.NOT_COMPARED:
+        return (
+            f"same dtype and shape; bytes not compared ({c.nbytes} bytes on each side, "
+            "--fetch compares them by range reads)"
+        )
     numel = 1
     for d in c.shape[0] or ():
         numel *= d
@@ -44,6 +49,8 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
 
 def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -> Finding:
     status = Status.PASS if c.status is TensorStatus.EQUAL else Status.FAIL
+    if c.status is TensorStatus.NOT_COMPARED:
+        status = Status.SKIP
     return Finding(
         subject=c.name,
         status=status,

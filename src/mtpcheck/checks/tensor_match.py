@@ -65,7 +65,7 @@ def compare_many(
     results: list[TensorComparison] = []
     pending: list[tuple[int, TensorMeta, TensorMeta, str, str]] = []
     for an, bn in pairs:
-        verdict, ma, mb = _by_metadata(a, an, b, bn)
+        verdict, ma, mb = by_metadata(a, an, b, bn)
         if ma is not None and mb is not None:
             pending.append((len(results), ma, mb, an, bn))
         results.append(verdict)
@@ -91,7 +91,7 @@ def compare_many(
     return results
 
 
-def _by_metadata(
+def by_metadata(
     a: Checkpoint, a_name: str, b: Checkpoint, b_name: str
 ) -> tuple[TensorComparison, TensorMeta | None, TensorMeta | None]:
     """The verdict metadata alone gives; both metas only when the bytes must be compared."""

@@ -12,12 +12,21 @@ from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_o
 from mtpcheck.errors import ExitCode
 from mtpcheck.model import Report
 
+FETCH = click.option(
+    "--fetch",
+    is_flag=True,
+    help="For hf:// inputs: read the tensor bytes a check needs by HTTP range (shared copies "
+    "in inspect; the compared tensors in diff). Without it only headers are fetched.",
+)
+
 
 @cli.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path")
+@FETCH
 @output_options
 def inspect(
-    path: Path,
+    path: str,
+    fetch: bool,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -25,29 +34,35 @@ def inspect(
     trust_pickle: bool,
     quiet: bool,
 ) -> None:
-    """Audit one checkpoint: MTP family, declared count, layers present, shared copies."""
+    """Audit one checkpoint: MTP family, declared count, layers present, shared copies.
+
+    PATH is a local checkpoint, or a Hugging Face Hub repository (hf://ORG/NAME[@REVISION])
+    audited by its headers without downloading weights.
+    """
 
     def build() -> Report:
         from mtpcheck.checks.inspect_checks import inspect_report
-        from mtpcheck.formats import open_checkpoint
+        from mtpcheck.formats import open_input
 
-        return inspect_report(open_checkpoint(path, trust_pickle))
+        return inspect_report(open_input(path, trust_pickle, fetch, opts.log))
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     raise SystemExit(execute("inspect", build, opts))
 
 
 @cli.command()
-@click.argument("a", type=click.Path(path_type=Path))
-@click.argument("b", type=click.Path(path_type=Path))
+@click.argument("a")
+@click.argument("b")
 @click.option(
     "--all", "all_tensors", is_flag=True, help="Compare every tensor, not only the MTP scope."
 )
+@FETCH
 @output_options
 def diff(
-    a: Path,
-    b: Path,
+    a: str,
+    b: str,
     all_tensors: bool,
+    fetch: bool,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -58,23 +73,29 @@ def diff(
     """Compare B against A: config keys, then MTP tensors bit for bit (all with --all).
 
     A and B may be in different formats (HF safetensors, Megatron torch_dist or legacy):
-    the HF side is then mapped to Megatron names, bit-exactly.
+    the HF side is then mapped to Megatron names, bit-exactly. Either may be a Hub repository
+    (hf://ORG/NAME[@REVISION]): compared by headers and whole-file sha256, or byte for byte
+    by range reads with --fetch.
     """
 
     def build() -> Report:
         from mtpcheck.checks.diff_checks import diff_report
+        from mtpcheck.checks.header_match import compare_by_headers, needs_headers_only
         from mtpcheck.checks.tensor_match import compare_many
-        from mtpcheck.formats import open_checkpoint
+        from mtpcheck.formats import open_input
         from mtpcheck.pipeline.progress import with_progress
 
-        left = open_checkpoint(a, trust_pickle)
-        right = open_checkpoint(b, trust_pickle)
-        compare = with_progress(compare_many, "comparing", opts.log)
+        left = open_input(a, trust_pickle, fetch, opts.log)
+        right = open_input(b, trust_pickle, fetch, opts.log)
+        if needs_headers_only(left, right):
+            compare = compare_by_headers
+        else:
+            compare = with_progress(compare_many, "comparing", opts.log)
         return diff_report(left, right, all_tensors=all_tensors, compare=compare)
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():
-        raise SystemExit(_diff_across_ranks(a, b, all_tensors, opts))
+        raise SystemExit(_diff_across_ranks(Path(a), Path(b), all_tensors, opts))
     raise SystemExit(execute("diff", build, opts))
 
 

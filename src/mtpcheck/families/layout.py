@@ -245,14 +245,17 @@ def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], 
     return [], []
 
 
-def _first_specific_layer(family: MtpFamily, names: list[str]) -> int | None:
+def _first_specific_layer(
+    family: MtpFamily, names: list[str], joined: str | None = None
+) -> int | None:
     """The lowest absolute layer number holding an MTP-only tensor, if any."""
-    found = []
-    for template in family.specific:
-        if "{n}" not in template:
-            continue
-        pattern = _pattern(template, prefix_only=False)
-        found.extend(int(m.group("n")) for n in names if (m := pattern.match(n)))
+    joined = _joined(names) if joined is None else joined
+    found = [
+        int(m.group("n"))
+        for template in family.specific
+        if "{n}" in template
+        for _, m in _full_matches(names, joined, template)
+    ]
     return min(found) if found else None
 
 
@@ -343,7 +346,8 @@ def analyse(
         return _analyse_unknown(model_type, declared, hidden, names, tensors)
 
     base = hidden if hidden is not None else _infer_base(family, names)
-    early = _first_specific_layer(family, names) if hidden is not None else None
+    joined = _joined(names)
+    early = _first_specific_layer(family, names, joined) if hidden is not None else None
     if early is not None and early < base:
         base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
     mtp_kinds, main_kinds = _patterns(family, config)
@@ -361,7 +365,6 @@ def analyse(
     for start, stop, _, groups in _prefix_runs(names, family.layer_prefix):
         if (i := depth(groups)) >= 0:
             members.setdefault(i, set()).update(names[start:stop])
-    joined = _joined(names)
     for template in (*family.specific, *(c.template for c in family.copies)):
         if template == family.layer_prefix:
             continue  # matched as a prefix above

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from mtpcheck.errors import InputError
@@ -40,4 +41,28 @@ def open_checkpoint(path: str | Path, trust_pickle: bool = False) -> Checkpoint:
     return candidates[-1].open(p)
 
 
-__all__ = ["READERS", "READER_BY_FORMAT", "CheckpointReader", "open_checkpoint", "readers"]
+def open_input(
+    arg: str,
+    trust_pickle: bool = False,
+    fetch_bytes: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> Checkpoint:
+    """A local path, or a Hub repository (``hf://ORG/NAME[@REV]``, or a bare ``ORG/NAME`` that
+    names no local path) read by its headers; ``fetch_bytes`` lets a Hub repository's tensor
+    bytes be read by range."""
+    from mtpcheck.formats.hub import open_hub, parse_ref  # no HTTP stack for local paths
+
+    ref = parse_ref(arg)
+    if ref is not None:
+        return open_hub(ref, fetch_bytes, log)
+    return open_checkpoint(arg, trust_pickle)
+
+
+__all__ = [
+    "READERS",
+    "READER_BY_FORMAT",
+    "CheckpointReader",
+    "open_checkpoint",
+    "open_input",
+    "readers",
+]

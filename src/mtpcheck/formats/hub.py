@@ -1,0 +1,398 @@
+"""A Hugging Face Hub repository audited where it lies: headers by HTTP range, no weights.
+
+``hf://ORG/NAME[@REVISION]`` (or a bare ``ORG/NAME`` no local path of that name exists for).
+One repository-information request gives the commit, the file list, sizes and LFS sha256;
+``config.json`` and the index come through huggingface_hub (its cache, token, ``HF_ENDPOINT``);
+each shard's header is read with two range requests (its 8-byte length, then exactly the
+header, so that no tensor byte is fetched), :data:`CONCURRENCY` shards at a time. Nothing is
+written outside the huggingface_hub cache. Tensor bytes are read by range only where the
+caller allows it. With ``HF_HUB_OFFLINE=1`` the cached snapshot is opened as a local
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote
+
+from mtpcheck.errors import HeaderError, InputError
+from mtpcheck.formats.config_json import read_config
+from mtpcheck.formats.hf_safetensors import (
+    INDEX_SUFFIX,
+    _as_indexed,
+    _read_index,
+    _reconcile,
+    _truncation_issues,
+)
+from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
+from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta
+from mtpcheck.units import human_size
+
+SCHEME = "hf://"
+MAX_HEADER_BYTES = 100 * 2**20
+CONCURRENCY = 16
+RETRIES = 4
+BACKOFF_S = 0.5
+INDEX_FILE = "model" + INDEX_SUFFIX
+SINGLE_FILE = "model.safetensors"
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class HubRef:
+    """A repository and the revision asked for (None: the default branch)."""
+
+    repo: str
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        return SCHEME + self.repo + (f"@{self.revision}" if self.revision else "")
+
+
+def parse_ref(text: str) -> HubRef | None:
+    """The Hub repository ``text`` names, or None when it names a local path."""
+    if text.startswith(SCHEME):
+        body = text[len(SCHEME) :]
+    elif _REPO_ID.fullmatch(text.split("@", 1)[0]) and not Path(text).exists():
+        body = text
+    else:
+        return None
+    repo, _, revision = body.partition("@")
+    if not _REPO_ID.fullmatch(repo) or ".." in repo or (text.endswith("@") and not revision):
+        raise InputError(text, "not a Hub repository: expected hf://ORG/NAME[@REVISION]")
+    return HubRef(repo, revision or None)
+
+
+@dataclass
+class Traffic:
+    """What was fetched from the Hub (thread-safe counters)."""
+
+    requests: int = 0
+    bytes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, nbytes: int) -> None:
+        with self.lock:
+            self.requests += 1
+            self.bytes += nbytes
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    name: str
+    size: int
+    sha256: str | None
+    """The LFS object id (sha256 of the whole file), when the Hub stores it in LFS."""
+
+
+@dataclass(frozen=True)
+class HubCheckpoint:
+    """A Hub repository's safetensors checkpoint, known from its headers."""
+
+    path: str
+    config: Mapping[str, Any]
+    config_path: str | None
+    tensors: Mapping[str, TensorMeta]
+    issues: tuple[IntegrityIssue, ...]
+    ref: HubRef
+    commit: str
+    files: Mapping[str, RemoteFile]
+    client: _Client = field(repr=False, compare=False)
+    fetch_bytes: bool = False
+    format: str = "hf-hub"
+
+    @property
+    def why_no_bytes(self) -> str:
+        """Why tensor bytes cannot be compared (empty when range reads are allowed)."""
+        if self.fetch_bytes:
+            return ""
+        return "a Hub repository is read by its headers only (--fetch reads tensors by range)"
+
+    def file_sha256(self, file: str) -> str | None:
+        remote = self.files.get(Path(file).name)
+        return remote.sha256 if remote else None
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        if not self.fetch_bytes:
+            raise InputError(str(self.ref), self.why_no_bytes)
+        meta = self.tensors[name]
+        done = 0
+        while done < meta.nbytes:
+            size = min(chunk_bytes, meta.nbytes - done)
+            yield self.client.range(Path(meta.file).name, meta.offset + done, size)
+            done += size
+
+
+class _Client:
+    """HTTP to one repository at one commit, through huggingface_hub."""
+
+    def __init__(self, ref: HubRef, endpoint: str, traffic: Traffic) -> None:
+        self.ref, self.endpoint, self.traffic = ref, endpoint, traffic
+        self.revision = ref.revision or "main"
+
+    def pin(self, commit: str) -> None:
+        self.revision = commit
+
+    def url(self, filename: str) -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(self.ref.repo, filename, revision=self.revision, endpoint=self.endpoint)
+
+    def download(self, filename: str) -> Path:
+        """A small file through huggingface_hub's cache (config.json, the index)."""
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+        before = try_to_load_from_cache(self.ref.repo, filename, revision=self.revision)
+        local = hf_hub_download(
+            self.ref.repo, filename, revision=self.revision, endpoint=self.endpoint
+        )
+        path = Path(local)
+        cached = isinstance(before, str) and Path(before).resolve() == path.resolve()
+        self.traffic.add(0 if cached else path.stat().st_size)  # a HEAD request either way
+        return path
+
+    def get(self, url: str, headers: dict[str, str]) -> Any:
+        """GET with retries and back-off on time-outs, network errors, 429 and 5xx."""
+        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+
+        response = http_backoff(
+            "GET",
+            url,
+            headers={**build_hf_headers(), **headers},
+            max_retries=RETRIES,
+            base_wait_time=BACKOFF_S,
+            max_wait_time=8 * BACKOFF_S,
+            follow_redirects=True,
+            timeout=_timeout(),
+        )
+        hf_raise_for_status(response)
+        self.traffic.add(len(response.content))
+        return response
+
+    def files(self) -> tuple[str, dict[str, RemoteFile]]:
+        """The commit the revision points at, and the repository's files (one request)."""
+        url = f"{self.endpoint}/api/models/{self.ref.repo}/revision/{quote(self.revision, safe='')}"
+        info = self.get(url + "?blobs=true", {}).json()
+        commit = info.get("sha") if isinstance(info, dict) else None
+        siblings = info.get("siblings") if isinstance(info, dict) else None
+        if not isinstance(commit, str) or not isinstance(siblings, list):
+            raise InputError(str(self.ref), "the Hub's repository information has no commit")
+        files = {}
+        for item in siblings:
+            name = item.get("rfilename") if isinstance(item, dict) else None
+            if isinstance(name, str) and "/" not in name:
+                lfs = item.get("lfs") if isinstance(item.get("lfs"), dict) else {}
+                sha = lfs.get("sha256") if isinstance(lfs.get("sha256"), str) else None
+                files[name] = RemoteFile(name, int(item.get("size") or 0), sha)
+        return commit, files
+
+    def range(self, filename: str, start: int, size: int) -> bytes:
+        data, _ = self.range_with_total(filename, start, size)
+        return data
+
+    def range_with_total(self, filename: str, start: int, size: int) -> tuple[bytes, int]:
+        """``size`` bytes of ``filename`` from ``start`` (fewer at its end) and its length."""
+        headers = {"Range": f"bytes={start}-{start + size - 1}", "Accept-Encoding": "identity"}
+        response = self.get(self.url(filename), headers)
+        if response.status_code != 206:
+            raise InputError(f"{self.ref}/{filename}", "the server ignored the Range request")
+        total = response.headers.get("Content-Range", "").rpartition("/")[2]
+        if not total.isdigit():
+            raise InputError(f"{self.ref}/{filename}", "no file length in Content-Range")
+        return response.content[:size], int(total)
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT", "10"))
+    except ValueError:
+        return 10.0
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _endpoint() -> str:
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def open_hub(
+    ref: HubRef,
+    fetch_bytes: bool = False,
+    log: Callable[[str], None] = lambda _: None,
+) -> Checkpoint:
+    """Open ``ref`` by its config, index and shard headers; failures are one-line
+    :class:`InputError`s naming the repository."""
+    with _hub_errors(ref):
+        if _offline():
+            return _open_cached(ref)
+        traffic = Traffic()
+        client = _Client(ref, _endpoint(), traffic)
+        checkpoint = _open_online(ref, client, fetch_bytes)
+        shards = len({m.file for m in checkpoint.tensors.values()})
+        then = "; tensor bytes by range as checks need them" if fetch_bytes else ", no tensor bytes"
+        log(
+            f"{ref}: fetched {human_size(traffic.bytes)} in {traffic.requests} requests "
+            f"(repository information, config.json, index, {shards} shard headers){then}"
+        )
+        return checkpoint
+
+
+def _open_cached(ref: HubRef) -> Checkpoint:
+    """``HF_HUB_OFFLINE=1``: what the cache holds of ``ref``, opened as a local checkpoint."""
+    from huggingface_hub import hf_hub_download
+
+    from mtpcheck.formats import open_checkpoint
+
+    for name in (INDEX_FILE, SINGLE_FILE, "config.json"):
+        try:
+            local = hf_hub_download(ref.repo, name, revision=ref.revision, local_files_only=True)
+        except Exception:  # noqa: BLE001  (not cached: try the next file)
+            continue
+        return open_checkpoint(Path(local).parent)
+    raise InputError(str(ref), "HF_HUB_OFFLINE is set and the repository is not in the cache")
+
+
+def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoint:
+    commit, files = client.files()
+    client.pin(commit)  # every later request reads this one snapshot
+    shards = sorted(n for n in files if n.endswith(".safetensors"))
+    if not shards:
+        raise InputError(
+            str(ref), f"no safetensors weights in the repository ({len(files)} files at {commit})"
+        )
+    # The headers of every shard the repository holds are read while config.json and the
+    # index download: the latency of the small files hides behind the shards'.
+    with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+        small = {
+            name: pool.submit(client.download, name)
+            for name in ("config.json", INDEX_FILE)
+            if name in files
+        }
+        pending = {shard: pool.submit(_header, client, shard) for shard in shards}
+        headers = {shard: job.result() for shard, job in pending.items()}
+        local = {name: job.result() for name, job in small.items()}
+    config: dict[str, Any] = {}
+    config_path: str | None = None
+    if "config.json" in local:
+        config, config_path = read_config(local["config.json"]), f"{ref}/config.json"
+    weight_map: dict[str, str] = {}
+    if INDEX_FILE in local:
+        weight_map = _read_index(local[INDEX_FILE])
+        _check_shard_names(ref, weight_map)
+    wanted = sorted(set(weight_map.values())) if weight_map else shards
+    issues = [
+        IntegrityIssue(
+            "missing-shard", shard, f"index names shard {shard} but the repository lacks it"
+        )
+        for shard in wanted
+        if shard not in files
+    ]
+    headers = {shard: h for shard, h in headers.items() if shard in wanted}
+    issues.extend(_truncation_issues(headers.values(), Path(".")))
+    if weight_map:
+        tensors = _as_indexed(weight_map, headers)
+        if tensors is None:
+            tensors = _reconcile(weight_map, headers, issues)
+        named = set(weight_map.values())
+        issues.extend(
+            IntegrityIssue(
+                "unindexed-shard",
+                extra,
+                f"{extra} is in the repository but the index does not mention it",
+            )
+            for extra in shards
+            if extra not in named
+        )
+    else:
+        tensors = {}
+        for header in headers.values():
+            tensors.update(header.tensors)
+        tensors = dict(sorted(tensors.items()))
+    return HubCheckpoint(
+        path=str(ref),
+        config=config,
+        config_path=config_path,
+        tensors=tensors,
+        issues=tuple(issues),
+        ref=ref,
+        commit=commit,
+        files=files,
+        client=client,
+        fetch_bytes=fetch_bytes,
+    )
+
+
+def _check_shard_names(ref: HubRef, weight_map: Mapping[str, str]) -> None:
+    for shard in set(weight_map.values()):
+        if "/" in PurePosixPath(shard).as_posix():
+            raise InputError(f"{ref}/{INDEX_FILE}", f"shard {shard!r} is in a sub-folder")
+
+
+def _header(client: _Client, shard: str) -> ShardHeader:
+    """One shard's header, and not a byte more: its 8-byte length, then the header."""
+    where = f"{client.ref}/{shard}"
+    prefix, total = client.range_with_total(shard, 0, 8)
+    if len(prefix) < 8:
+        raise HeaderError(where, f"file is {total} bytes, shorter than the 8-byte header length")
+    (length,) = struct.unpack("<Q", prefix)
+    if length > min(MAX_HEADER_BYTES, total - 8) or length == 0:
+        raise HeaderError(where, f"header length {length} does not fit the file ({total} bytes)")
+    return parse_header_bytes(shard, prefix, client.range(shard, 8, length), total)
+
+
+class _hub_errors:  # noqa: N801  (used as a context manager)
+    """huggingface_hub and network exceptions as one-line input errors."""
+
+    def __init__(self, ref: HubRef) -> None:
+        self.ref = ref
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> bool:
+        if e is None or isinstance(e, InputError | KeyboardInterrupt):
+            return False
+        reason = _explain(self.ref, e)
+        if reason is None:
+            return False
+        raise InputError(str(self.ref), reason) from e
+
+
+def _explain(ref: HubRef, e: BaseException) -> str | None:
+    from huggingface_hub import errors
+
+    if isinstance(e, errors.GatedRepoError):
+        return (
+            "gated repository: request access on its Hub page, then log in "
+            "(`hf auth login`) or set HF_TOKEN"
+        )
+    if isinstance(e, errors.RepositoryNotFoundError):
+        return (
+            "repository not found, or private: check the name, and log in "
+            "(`hf auth login`) or set HF_TOKEN if it is private"
+        )
+    if isinstance(e, errors.RevisionNotFoundError):
+        return f"revision {ref.revision!r} does not exist"
+    if isinstance(e, errors.LocalEntryNotFoundError):
+        return f"cannot reach {_endpoint()} and the file is not cached"
+    if isinstance(e, errors.HfHubHTTPError):
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        extra = " (rate limited)" if status == 429 else ""
+        return f"HTTP {status}{extra} from {_endpoint()} after {RETRIES} retries"
+    name = type(e).__name__
+    if isinstance(e, OSError) or "Timeout" in name or "Network" in name or "Connect" in name:
+        return f"cannot reach {_endpoint()}: {name}: {e}"
+    return None

@@ -1,0 +1,282 @@
+"""``inspect`` / ``diff`` of Hub repositories, against a local server that speaks the Hub's
+resolve and tree endpoints (tests/hub_server.py): same verdicts as on the local copy, only
+header bytes fetched, clear one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpcheck.formats.hub import HubRef, parse_ref
+from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit
+from tests.hub_server import FakeHub, HubServer
+from tests.test_families_2026 import FAMILIES_2026
+
+ALL_FIXTURES = (*FAMILY_FIXTURES, *FAMILIES_2026)
+
+
+@pytest.fixture(scope="module")
+def hub() -> Any:
+    fake = FakeHub()
+    for name in ALL_FIXTURES:
+        fake.add(f"org/{name}", FIXTURES / name)
+    with HubServer(fake) as url:
+        fake.url = url  # type: ignore[attr-defined]
+        yield fake
+
+
+@pytest.fixture
+def online(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+    """The fake Hub as HF_ENDPOINT, a fresh cache, and a working directory that must stay
+    empty (nothing is written outside the cache)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)  # type: ignore[attr-defined]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    hub.clear()
+    hub.gated.clear()
+    hub.failures.clear()
+    yield hub
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def _header_end(path: Path) -> int:
+    with open(path, "rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]
+
+
+def _report(run: Any) -> dict[str, Any]:
+    return json.loads(run.stdout)
+
+
+def _findings(report: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    return {
+        c["name"]: [(f["status"], f["message"]) for f in c["findings"]] for c in report["checks"]
+    }
+
+
+def _ranges(hub: FakeHub, repo_folder: Path) -> list[tuple[str, int, int]]:
+    """(file, first, last) of every range GET of a safetensors file."""
+    out = []
+    for r in hub.log:
+        if r.method == "GET" and r.path.endswith(".safetensors"):
+            m = re.fullmatch(r"bytes=(\d+)-(\d+)", r.range or "")
+            assert m, f"a GET without a byte range: {r.path}"
+            out.append((r.path.rsplit("/", 1)[1], int(m.group(1)), int(m.group(2))))
+    return out
+
+
+@pytest.mark.parametrize("name", ALL_FIXTURES)
+def test_hub_inspect_gives_the_local_verdict_from_headers_alone(
+    run_cli, online: FakeHub, name: str
+) -> None:
+    local = run_cli("inspect", FIXTURES / name, "--format", "json")
+    remote = run_cli("inspect", f"hf://org/{name}", "--format", "json")
+    assert remote.exit_code == local.exit_code, remote.stderr
+    a, b = _findings(_report(local)), _findings(_report(remote))
+    for check in ("family", "mtp-count", "mtp-layers"):
+        assert b[check] == a[check], check
+    copies = [s for s, _ in b["shared-copies"]]
+    assert all(s == "skip" for s in copies)  # copies need bytes: skipped, with the reason
+    # every byte fetched of a weights file lies inside its header
+    for file, first, last in _ranges(online, FIXTURES / name):
+        assert last < _header_end(FIXTURES / name / file), (file, first, last)
+    headers = sum(_header_end(p) for p in (FIXTURES / name).glob("*.safetensors"))
+    small = sum(p.stat().st_size for p in (FIXTURES / name).glob("*.json"))
+    tree = sum(r.body_bytes for r in online.log if "/api/models/" in r.path)
+    assert online.fetched("GET") <= headers + small + tree
+    said = remote.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"mtpcheck: hf://org/{name}: fetched ") and "no tensor bytes" in said
+
+
+def test_fetch_compares_shared_copies_by_range_reads(
+    run_cli, online: FakeHub, tmp_path: Path
+) -> None:
+    run = run_cli("inspect", "hf://org/deepseek_v3", "--fetch", "--format", "json")
+    assert run.exit_code == 0
+    copies = _findings(_report(run))["shared-copies"]
+    assert copies == [
+        ("pass", "bit-identical to model.embed_tokens.weight (2048 bytes)"),
+        ("pass", "bit-identical to lm_head.weight (2048 bytes)"),
+    ]
+    beyond = [(f, a, b) for f, a, b in _ranges(online, FIXTURES / "deepseek_v3") if a >= 8]
+    read = sum(b - a + 1 for _, a, b in beyond)
+    headers = sum(_header_end(p) - 8 for p in (FIXTURES / "deepseek_v3").glob("*.safetensors"))
+    assert read == headers + 4 * 2048  # the headers, then just the two pairs of tensors
+
+
+def test_a_damaged_copy_is_found_by_range_reads(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    from mtpcheck.formats import open_checkpoint
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(FIXTURES / "deepseek_v3", damaged)
+    meta = open_checkpoint(damaged).tensors["model.layers.2.shared_head.head.weight"]
+    flip_bit(Path(meta.file), meta.offset + 10, bit=1)
+    hub.add("org/damaged", damaged)
+    quiet = run_cli("inspect", "hf://org/damaged", "--format", "json")
+    assert quiet.exit_code == 0  # by headers alone the damage cannot be seen
+    run = run_cli("inspect", "hf://org/damaged", "--fetch", "--format", "json")
+    assert run.exit_code == 1
+    [_, (status, message)] = _findings(_report(run))["shared-copies"]
+    assert status == "fail" and message.startswith("diverged from lm_head.weight: bits differ")
+
+
+def test_hub_diff_proves_identity_by_file_hashes_and_bytes_by_range(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    from mtpcheck.formats import open_checkpoint
+
+    changed = tmp_path / "changed"
+    shutil.copytree(FIXTURES / "deepseek_v3", changed)
+    meta = open_checkpoint(changed).tensors["model.layers.2.eh_proj.weight"]
+    flip_bit(Path(meta.file), meta.offset + 6, bit=2)
+    hub.add("org/changed", changed)
+    same = run_cli("diff", "hf://org/deepseek_v3", "hf://org/deepseek_v3", "--format", "json")
+    assert same.exit_code == 0
+    statuses = {t["status"] for t in _report(same)["tensors"]}
+    assert statuses == {"equal"}  # LFS sha256 of the files: equal without a tensor byte
+    assert all(
+        a < 8 or b < _header_end(FIXTURES / "deepseek_v3" / f)
+        for f, a, b in _ranges(online, FIXTURES / "deepseek_v3")
+    )
+
+    headers = run_cli("diff", "hf://org/deepseek_v3", "hf://org/changed", "--format", "json")
+    assert headers.exit_code == 0
+    by_status: dict[str, set[str]] = {}
+    for t in _report(headers)["tensors"]:
+        by_status.setdefault(t["status"], set()).add(t["name"])
+    changed_file = Path(meta.file).name
+    in_changed = {
+        n for n, m in open_checkpoint(changed).tensors.items() if Path(m.file).name == changed_file
+    }
+    assert by_status["not_compared"] == in_changed & set().union(*by_status.values())
+    assert "model.layers.2.eh_proj.weight" in by_status["not_compared"]
+
+    fetched = run_cli(
+        "diff", "hf://org/deepseek_v3", "hf://org/changed", "--fetch", "--format", "json"
+    )
+    assert fetched.exit_code == 1
+    bad = [t for t in _report(fetched)["tensors"] if t["status"] != "equal"]
+    assert [(t["name"], t["status"], t["differing_elements"]) for t in bad] == [
+        ("model.layers.2.eh_proj.weight", "bits_differ", 1)
+    ]
+
+
+def test_mixed_local_and_hub_diff(run_cli, online: FakeHub) -> None:
+    run = run_cli("diff", FIXTURES / "glm4_moe", "hf://org/glm4_moe", "--fetch", "--format", "json")
+    assert run.exit_code == 0
+    assert {t["status"] for t in _report(run)["tensors"]} == {"equal"}
+    headers = run_cli("diff", FIXTURES / "glm4_moe", "hf://org/glm4_moe", "--format", "json")
+    assert headers.exit_code == 0
+    assert {t["status"] for t in _report(headers)["tensors"]} == {"not_compared"}
+
+
+@pytest.mark.parametrize(
+    ("target", "setup", "message"),
+    [
+        ("hf://nobody/absent", None, "repository not found, or private: check the name"),
+        ("hf://org/mimo@v9.9", None, "revision 'v9.9' does not exist"),
+        ("hf://org/gated", "gated", "gated repository: request access on its Hub page"),
+        ("hf://org/config-only", "config-only", "no safetensors weights in the repository"),
+    ],
+)
+def test_hub_errors_are_one_line(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path, target: str, setup: str | None,
+    message: str,
+) -> None:  # fmt: skip
+    if setup == "gated":
+        hub.add("org/gated", FIXTURES / "mimo")
+        online.gated.add("org/gated")
+    elif setup == "config-only":
+        (tmp_path / "co").mkdir()
+        shutil.copy(FIXTURES / "mimo" / "config.json", tmp_path / "co")
+        hub.add("org/config-only", tmp_path / "co")
+    run = run_cli("inspect", target)
+    assert run.exit_code == 2
+    assert run.stdout == ""
+    [line] = run.stderr.splitlines()
+    assert line.startswith(f"mtpcheck: error: {target}: {message}"), line
+
+
+def test_transient_server_errors_are_retried(run_cli, online: FakeHub, monkeypatch) -> None:
+    from mtpcheck.formats import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "BACKOFF_S", 0.01)
+    online.failures["model-00001-of-00002.safetensors"] = 2
+    run = run_cli("inspect", "hf://org/deepseek_v3")
+    assert run.exit_code == 0, run.stderr
+    assert sum(r.status == 503 for r in online.log) == 2
+    online.clear()
+    online.failures["model-00001-of-00002.safetensors"] = 100
+    run = run_cli("inspect", "hf://org/deepseek_v3")
+    assert run.exit_code == 2
+    [line] = run.stderr.splitlines()
+    assert line == (
+        f"mtpcheck: error: hf://org/deepseek_v3: HTTP 503 from {online.url} after "  # type: ignore[attr-defined]
+        f"{hub_module.RETRIES} retries"
+    )
+    assert sum(r.status == 503 for r in online.log) == hub_module.RETRIES + 1
+
+
+def test_an_unreachable_hub_is_one_line(run_cli, online: FakeHub, monkeypatch) -> None:
+    from mtpcheck.formats import hub as hub_module
+    from tests.launch import free_port
+
+    monkeypatch.setattr(hub_module, "BACKOFF_S", 0.01)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    run = run_cli("inspect", "hf://org/mimo")
+    assert run.exit_code == 2
+    [line] = run.stderr.splitlines()
+    assert line.startswith("mtpcheck: error: hf://org/mimo: cannot reach http://127.0.0.1:")
+
+
+def test_an_unindexed_shard_in_the_repository_is_reported(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra"
+    shutil.copytree(FIXTURES / "deepseek_v3", extra)
+    shutil.copy(FIXTURES / "mimo" / "model.safetensors", extra / "stray.safetensors")
+    hub.add("org/extra", extra)
+    run = run_cli("inspect", "hf://org/extra", "--format", "json")
+    assert run.exit_code == 1
+    assert ("fail", "stray.safetensors is in the repository but the index does not mention it") in (
+        _findings(_report(run))["integrity"]
+    )
+
+
+def test_offline_mode_reads_only_the_cache(run_cli, online: FakeHub, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = run_cli("inspect", "hf://org/mimo")
+    assert run.exit_code == 2
+    assert run.stderr.startswith(
+        "mtpcheck: error: hf://org/mimo: HF_HUB_OFFLINE is set and the repository is not in "
+        "the cache"
+    )
+    assert online.log == []  # not one request
+
+
+def test_references() -> None:
+    assert parse_ref("hf://deepseek-ai/DeepSeek-V3@main") == HubRef(
+        "deepseek-ai/DeepSeek-V3", "main"
+    )
+    assert parse_ref("hf://org/name") == HubRef("org/name")
+    assert parse_ref("some-org/some-model") == HubRef("some-org/some-model")  # no such path
+    assert (
+        parse_ref(str(Path("fixtures") / "mimo")) is None
+        or not (Path("fixtures") / "mimo").exists()
+    )
+    assert parse_ref(str(FIXTURES / "mimo")) is None  # a local path
+    for bad in ("hf://justname", "hf://a/b/c", "hf://org/name@", "hf://../x"):
+        with pytest.raises(Exception, match="expected hf://ORG/NAME"):
+            parse_ref(bad)
