@@ -42,7 +42,8 @@ class FakeHub:
     gated: set[str] = field(default_factory=set)
     latency: float = 0.0
     failures: dict[str, int] = field(default_factory=dict)
-    """path suffix -> how many more requests for it answer 503."""
+    """path suffix -> how many more requests for it fail with ``failure_status``."""
+    failure_status: int = 503
     log: list[Request] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     hash_headers_only: bool = False
@@ -128,7 +129,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 else:
                     failing = False
             if failing:
-                self._error(503, "ServiceUnavailable", head)
+                self._error(hub.failure_status, "ServiceUnavailable", head)
                 return
             if m := _INFO.match(path):
                 self._info(m.group("repo"), m.group("rev"), head)
@@ -229,12 +230,18 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up (a time-out test) is not the server's error: say nothing on
+        stderr, which the tests read."""
+
+
 class HubServer:
     """``with HubServer(hub) as url:`` serves ``hub`` on a free loopback port."""
 
     def __init__(self, hub: FakeHub) -> None:
         self.hub = hub
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+        self.server = _Server(("127.0.0.1", 0), _handler(hub))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -367,3 +367,23 @@ def test_diff_scopes_the_mtp_layers_of_new_families(
     ckpt = open_checkpoint(FIXTURES / name)
     assert scoped == set(_analysis(FIXTURES / name).scope(ckpt.tensors))  # MTP + embed/head
     assert tensor in scoped
+
+
+@pytest.mark.parametrize("name", sorted(NO_CLASS))
+def test_mtp_dropped_by_a_tool_without_a_transformers_class(
+    run_cli, tmp_path: Path, name: str
+) -> None:
+    """No transformers class to re-save with: the MTP layer is dropped the way a quantiser's
+    name filter drops it (every tensor under its prefix), the config left as it was."""
+    [layer] = _analysis(FIXTURES / name).layers
+    _rewrite(FIXTURES / name, tmp_path / name, lambda n: not n.startswith(layer.prefix))
+    code, report = _inspect(run_cli, tmp_path / name)
+    _, layers, source = EXPECTED[name]
+    assert code == 1
+    assert _findings(report, "mtp-count") == [
+        (
+            "fail",
+            f"config declares {layers} MTP layer(s) ({source}) but the checkpoint holds no "
+            "MTP weights",
+        )
+    ]

@@ -5,9 +5,12 @@ header bytes fetched, clear one-line errors."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,12 @@ def online(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fak
     hub.clear()
     hub.gated.clear()
     hub.failures.clear()
-    yield hub
+    hub.failure_status, hub.latency = 503, 0.0
+    logging.disable(logging.WARNING)  # as the CLI's main() does: library log records stay off
+    try:
+        yield hub
+    finally:
+        logging.disable(logging.NOTSET)
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
@@ -229,6 +237,43 @@ def test_transient_server_errors_are_retried(run_cli, online: FakeHub, monkeypat
     assert sum(r.status == 503 for r in online.log) == hub_module.RETRIES + 1
 
 
+def test_rate_limits_and_time_outs_end_in_one_line(run_cli, online: FakeHub, monkeypatch) -> None:
+    from mtpcheck.formats import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "BACKOFF_S", 0.01)
+    online.failure_status = 429
+    online.failures["/revision/main"] = 100
+    run = run_cli("inspect", "hf://org/mimo")
+    assert run.exit_code == 2
+    assert run.stderr.splitlines() == [
+        f"mtpcheck: error: hf://org/mimo: HTTP 429 (rate limited) from {online.url} after "  # type: ignore[attr-defined]
+        f"{hub_module.RETRIES} retries"
+    ]
+    online.failures.clear()
+    online.latency = 0.5
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "0.05")
+    run = run_cli("inspect", "hf://org/mimo")
+    assert run.exit_code == 2
+    [line] = run.stderr.splitlines()
+    assert line.startswith(f"mtpcheck: error: hf://org/mimo: cannot reach {online.url}: ")  # type: ignore[attr-defined]
+    assert "Timeout" in line
+
+
+def test_a_truncated_shard_on_the_hub_is_found_from_its_length(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut"
+    shutil.copytree(FIXTURES / "deepseek_v3", cut)
+    shard = cut / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    hub.add("org/cut", cut)
+    local = _findings(_report(run_cli("inspect", cut, "--format", "json")))["integrity"]
+    remote = run_cli("inspect", "hf://org/cut", "--format", "json")
+    assert remote.exit_code == 1
+    assert _findings(_report(remote))["integrity"] == local
+    assert local[0][0] == "fail" and "is truncated" in local[0][1]
+
+
 def test_an_unreachable_hub_is_one_line(run_cli, online: FakeHub, monkeypatch) -> None:
     from mtpcheck.formats import hub as hub_module
     from tests.launch import free_port
@@ -280,3 +325,35 @@ def test_references() -> None:
     for bad in ("hf://justname", "hf://a/b/c", "hf://org/name@", "hf://../x"):
         with pytest.raises(Exception, match="expected hf://ORG/NAME"):
             parse_ref(bad)
+
+
+def test_the_installed_command_reads_its_endpoint_and_cache_from_the_environment(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """End to end, as a user runs it: HF_ENDPOINT and HF_HUB_CACHE from the environment, the
+    library's retry warnings kept off stderr, one line for a failure."""
+    from tests.launch import child_env
+
+    env = {**child_env(), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "c")}  # type: ignore[attr-defined]
+    env.pop("HF_HUB_OFFLINE", None)
+    ok = subprocess.run(
+        [sys.executable, "-m", "mtpcheck", "inspect", "org/mimo", "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["inputs"][0]["path"] == "hf://org/mimo"
+    assert (tmp_path / "c").is_dir()  # the cache it was given, and nothing else
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    hub.gated.add("org/mimo")
+    try:
+        gated = subprocess.run(
+            [sys.executable, "-m", "mtpcheck", "inspect", "hf://org/mimo"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+    finally:
+        hub.gated.discard("org/mimo")
+    assert gated.returncode == 2 and gated.stdout == ""
+    assert gated.stderr.splitlines() == [
+        "mtpcheck: error: hf://org/mimo: gated repository: request access on its Hub page, "
+        "then log in (`hf auth login`) or set HF_TOKEN"
+    ]
