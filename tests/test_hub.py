@@ -171,9 +171,15 @@ def test_hub_diff_proves_identity_by_file_hashes_and_bytes_by_range(
     assert by_status["not_compared"] == in_changed & set().union(*by_status.values())
     assert "model.layers.2.eh_proj.weight" in by_status["not_compared"]
 
+    online.clear()
     fetched = run_cli(
         "diff", "hf://org/deepseek_v3", "hf://org/changed", "--fetch", "--format", "json"
     )
+    # with --fetch, only the tensors of the file whose hash differs are read, one request each
+    past_headers = [
+        (f, a, b) for f, a, b in _ranges(online, changed) if a >= _header_end(changed / f)
+    ]
+    assert len(past_headers) == 2 * len(by_status["not_compared"])
     assert fetched.exit_code == 1
     bad = [t for t in _report(fetched)["tensors"] if t["status"] != "equal"]
     assert [(t["name"], t["status"], t["differing_elements"]) for t in bad] == [

@@ -7,10 +7,12 @@ LFS sha256 is equal is equal byte for byte. Anything else is reported as not com
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mtpcheck.checks.tensor_match import by_metadata
 from mtpcheck.model import Checkpoint, HeadersOnly, TensorComparison, TensorStatus
+
+Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
 
 def _sha(ckpt: Checkpoint, file: str) -> str | None:
@@ -41,3 +43,21 @@ def compare_by_headers(
 def needs_headers_only(*checkpoints: Checkpoint) -> bool:
     """True when some checkpoint's tensor bytes cannot be read."""
     return any(isinstance(c, HeadersOnly) and c.why_no_bytes for c in checkpoints)
+
+
+def proven_first(compare: Compare) -> Compare:
+    """``compare`` for the pairs the headers and file hashes cannot settle; the others are
+    judged without reading a byte (with ``--fetch``, a Hub file whose sha256 equals the other
+    side's is not downloaded)."""
+
+    def run(
+        a: Checkpoint, b: Checkpoint, pairs: Sequence[tuple[str, str]]
+    ) -> list[TensorComparison]:
+        results = compare_by_headers(a, b, pairs)
+        todo = [i for i, c in enumerate(results) if c.status is TensorStatus.NOT_COMPARED]
+        if todo:
+            for i, c in zip(todo, compare(a, b, [pairs[i] for i in todo]), strict=True):
+                results[i] = c
+        return results
+
+    return run

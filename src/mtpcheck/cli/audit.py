@@ -80,17 +80,23 @@ def diff(
 
     def build() -> Report:
         from mtpcheck.checks.diff_checks import diff_report
-        from mtpcheck.checks.header_match import compare_by_headers, needs_headers_only
+        from mtpcheck.checks.header_match import (
+            compare_by_headers,
+            needs_headers_only,
+            proven_first,
+        )
         from mtpcheck.checks.tensor_match import compare_many
         from mtpcheck.formats import open_input
+        from mtpcheck.model import HeadersOnly
         from mtpcheck.pipeline.progress import with_progress
 
         left = open_input(a, trust_pickle, fetch, opts.log)
         right = open_input(b, trust_pickle, fetch, opts.log)
+        compare = with_progress(compare_many, "comparing", opts.log)
         if needs_headers_only(left, right):
             compare = compare_by_headers
-        else:
-            compare = with_progress(compare_many, "comparing", opts.log)
+        elif isinstance(left, HeadersOnly) or isinstance(right, HeadersOnly):
+            compare = proven_first(compare)  # --fetch: hashes first, bytes for the rest
         return diff_report(left, right, all_tensors=all_tensors, compare=compare)
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)

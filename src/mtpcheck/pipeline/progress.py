@@ -40,6 +40,14 @@ def _batches(
     return batches
 
 
+def _prefetch(ckpt: Checkpoint, names: list[str]) -> None:
+    """Let a checkpoint read over the network fetch a batch's tensors at once (a Hub
+    repository with ``--fetch``)."""
+    prefetch = getattr(ckpt, "prefetch", None)
+    if callable(prefetch):
+        prefetch(names)
+
+
 def with_progress(
     compare: Compare,
     label: str,
@@ -56,6 +64,8 @@ def with_progress(
         ticker = Ticker(label, sum(n for _, n in batches), log, interval, clock)
         results: list[TensorComparison] = []
         for batch, nbytes in batches:
+            _prefetch(a, [x for x, _ in batch])
+            _prefetch(b, [y for _, y in batch])
             results += compare(a, b, batch)
             ticker.advance(nbytes, batch[-1][0])
         ticker.finish(f"{len(pairs)} tensors")
