@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from mtpcheck.accept.head import hidden_and_logits
+from mtpcheck.accept.online import speculative_decode
 from mtpcheck.accept.runner import AcceptOptions, Drafter, open_drafter, run_accept, score_batch
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from mtpcheck.model import AcceptanceResult, Status
 from tests.conftest import FIXTURES
-from tests.spec_decode import speculative_decode
 
 FIXTURE = FIXTURES / "accept_deepseek_v3"
 WORKLOADS = (

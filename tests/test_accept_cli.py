@@ -225,3 +225,32 @@ def test_cuda_without_a_device_is_refused(run_cli, tmp_path: Path) -> None:
     run = run_cli("accept", FIXTURE, "--workload", f"w={workload}", "--device", "cuda")
     assert run.exit_code == 2, run
     assert "--device cuda: no CUDA device is available" in run.stderr
+
+
+def test_online_draft_then_verify_beside_teacher_forcing(run_cli, workloads, tmp_path) -> None:
+    md = tmp_path / "r.md"
+    run = run_cli(
+        "accept", FIXTURE, *workloads, "--online", "--temperature", "0", "--new-tokens", "20",
+        "--format", "json", "--markdown", md,
+    )  # fmt: skip
+    assert run.exit_code == 0, run
+    report = json.loads(run.stdout)
+    rows = {o["workload"]: o for o in report["online_acceptance"]}
+    assert list(rows) == ["in_domain", "shuffled"]
+    for o in rows.values():
+        assert (o["sequences"], o["prompt_tokens"], o["new_tokens"]) == (4, 9, 20)
+        assert o["drafts"] >= 4 * 20 // 2  # at most two tokens per verify pass
+        assert o["agreeing"] == o["drafts"]  # greedy: the same verdict at every drafted position
+        assert o["online"] == o["teacher_forced"] == o["accepted"] / o["drafts"]
+        assert o["tokens_per_pass"] == pytest.approx(1 + o["online"])
+    assert rows["in_domain"]["online"] > rows["shuffled"]["online"]
+    assert "**MTP acceptance online**" in md.read_text()
+    assert "online draft-then-verify" in run.stderr
+    sampled = run_cli(
+        "accept", FIXTURE, *workloads[:2], "--online", "--temperature", "0.6",
+        "--new-tokens", "8", "--format", "json",
+    )  # fmt: skip
+    [o] = json.loads(sampled.stdout)["online_acceptance"]
+    assert o["agreeing"] is None and 0 < o["teacher_forced"] < 1
+    plain = run_cli("accept", FIXTURE, *workloads[:2], "--format", "json")
+    assert json.loads(plain.stdout)["online_acceptance"] == []

@@ -32,7 +32,7 @@ def _shape(report: dict[str, Any]) -> dict[str, set[str]]:
     places["checks[]"] = set(check)
     places["checks[].findings[]"] = set(first(check.get("findings")))
     places["tensors[]"] = set(first(report.get("tensors")))
-    for key in ("acceptance", "acceptance_deltas"):
+    for key in ("acceptance", "acceptance_deltas", "online_acceptance"):
         places[f"{key}[]"] = set(first(report.get(key)))
     return places
 
@@ -51,7 +51,7 @@ def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) ->
             real.setdefault(place, set()).update(keys)
     for place, keys in real.items():
         assert keys <= example[place], (place, keys - example[place])
-    accept_only = {"acceptance", "acceptance_deltas"}
+    accept_only = {"acceptance", "acceptance_deltas", "online_acceptance"}
     for place, keys in example.items():
         if place.startswith(tuple(accept_only)):
             continue
@@ -59,3 +59,19 @@ def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) ->
     commands = re.search(r'"command": "inspect",\s+// or (.*)', README.read_text())
     assert commands is not None
     assert set(re.findall(r'"(\w+)"', commands.group(1))) == {"diff", "roundtrip", "accept"}
+
+
+def test_json_example_documents_the_accept_fields(run_cli, tmp_path: Path) -> None:
+    from tests.test_accept_cli import FIXTURE
+
+    lines = (FIXTURE / "workloads" / "in_domain.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "w.jsonl").write_text("".join(lines[:2]))
+    run = run_cli(
+        "accept", FIXTURE, "--workload", f"code={tmp_path / 'w.jsonl'}", "--compare", FIXTURE,
+        "--online", "--new-tokens", "4", "--format", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run
+    real = _shape(json.loads(run.stdout))
+    example = _shape(_readme_example())
+    for place in ("", "acceptance[]", "acceptance_deltas[]", "online_acceptance[]"):
+        assert real[place] == example[place], place

@@ -225,6 +225,35 @@ class AcceptanceResult:
 
 
 @dataclass(frozen=True)
+class OnlineAcceptance:
+    """What a real draft-then-verify decoding run accepted (``accept --online``), and the
+    teacher-forced figure at the very positions it drafted.
+
+    Each sequence's first ``prompt_tokens`` tokens are the prompt; ``new_tokens`` or more are
+    generated, one draft (k = 1) verified per main-model pass.
+    """
+
+    checkpoint: str
+    workload: str
+    temperature: float
+    sequences: int
+    prompt_tokens: int
+    new_tokens: int
+    drafts: int
+    """Verify passes, one draft each."""
+    accepted: int
+    online: float
+    """accepted / drafts."""
+    tokens_per_pass: float
+    """Tokens emitted per verify pass: 1 + online (k = 1)."""
+    teacher_forced: float
+    """At the drafted positions: the greedy hit rate (T = 0) or mean alpha (T > 0)."""
+    agreeing: int | None
+    """T = 0: drafts whose online verdict equals the teacher-forced one (None when T > 0,
+    where online verdicts are random draws)."""
+
+
+@dataclass(frozen=True)
 class AcceptanceDelta:
     """Acceptance of the compared checkpoint minus the reference's, on one workload.
 
@@ -253,6 +282,8 @@ class Report:
     """``accept`` only: one entry per (checkpoint, workload), reference checkpoint first."""
     acceptance_deltas: tuple[AcceptanceDelta, ...] = ()
     """``accept --compare`` only: compared minus reference, one entry per workload."""
+    online: tuple[OnlineAcceptance, ...] = ()
+    """``accept --online`` only: one entry per (checkpoint, workload) with a drafter."""
 
     @property
     def ok(self) -> bool:

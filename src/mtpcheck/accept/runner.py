@@ -41,6 +41,7 @@ from mtpcheck.model import (
     Checkpoint,
     CheckResult,
     Finding,
+    OnlineAcceptance,
     Report,
     Status,
 )
@@ -62,6 +63,10 @@ class AcceptOptions:
     tokenizer: Path | None = None
     min_acceptance: float | None = None
     trust_pickle: bool = False
+    online: bool = False
+    """Also run real draft-then-verify decoding (``accept --online``)."""
+    prompt_tokens: int = 9
+    new_tokens: int = 40
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,47 @@ def measure(
     return counts
 
 
+def measure_online(
+    drafter: Drafter, workload: Workload, options: AcceptOptions, label: str
+) -> OnlineAcceptance:
+    """Draft-then-verify decoding from each sequence's first ``prompt_tokens`` tokens, and the
+    teacher-forced verdicts at the positions it drafted (scored on what it generated)."""
+    from mtpcheck.accept.online import speculative_decode
+
+    prompts = [list(s[: options.prompt_tokens]) for s in workload.sequences]
+    prompts = [p for p in prompts if len(p) >= 2]
+    if not prompts:
+        raise MtpcheckError(
+            f"workload {workload.name}: no sequence has the {options.prompt_tokens} prompt "
+            "tokens --online starts from"
+        )
+    decoded = speculative_decode(drafter, prompts, options.new_tokens, options.temperature)
+    scored = score_batch(drafter, decoded.sequences, options.temperature)
+    hits = [bool(scored[d.sequence][0][d.slot]) for d in decoded.drafts]
+    alphas = [float(scored[d.sequence][1][d.slot]) for d in decoded.drafts]
+    drafts = len(decoded.drafts)
+    accepted = sum(d.accepted for d in decoded.drafts)
+    greedy = options.temperature == 0
+    return OnlineAcceptance(
+        checkpoint=label,
+        workload=workload.name,
+        temperature=options.temperature,
+        sequences=len(prompts),
+        prompt_tokens=options.prompt_tokens,
+        new_tokens=options.new_tokens,
+        drafts=drafts,
+        accepted=accepted,
+        online=accepted / drafts if drafts else 0.0,
+        tokens_per_pass=1 + (accepted / drafts if drafts else 0.0),
+        teacher_forced=(sum(hits) if greedy else sum(alphas)) / drafts if drafts else 0.0,
+        agreeing=(
+            sum(h == d.accepted for h, d in zip(hits, decoded.drafts, strict=True))
+            if greedy
+            else None
+        ),
+    )
+
+
 def result(
     label: str,
     workload: Workload,
@@ -331,6 +377,7 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
     labels = ("A: ", "B: ") if len(ckpts) == 2 else ("",)
     all_counts: list[dict[str, list[SequenceCounts]]] = []
     results: list[AcceptanceResult] = []
+    online: list[OnlineAcceptance] = []
     for ckpt, layout, label in zip(ckpts, layouts, labels, strict=False):
         note = layout if isinstance(layout, str) else ""
         drafter = None
@@ -352,6 +399,13 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
             counts = measure(drafter, workload, options.temperature, ticker)
             per_workload[workload.name] = counts
             results.append(result(ckpt.path, workload, counts, options.temperature, note))
+            if options.online and drafter is not None:
+                started = time.monotonic()
+                online.append(measure_online(drafter, workload, options, ckpt.path))
+                log(
+                    f"{label}{workload.name}: online draft-then-verify, {online[-1].drafts} "
+                    f"drafts in {time.monotonic() - started:.1f} s"
+                )
         all_counts.append(per_workload)
         del drafter
 
@@ -399,4 +453,5 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         checks=tuple(checks),
         acceptance=tuple(results),
         acceptance_deltas=tuple(deltas),
+        online=tuple(online),
     )

@@ -62,6 +62,26 @@ from mtpcheck.model import Report
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write a PNG bar chart of acceptance per workload (and checkpoint).",
 )
+@click.option(
+    "--online",
+    is_flag=True,
+    help="Also run real draft-then-verify decoding from each sequence's first tokens and "
+    "report what it accepts beside the teacher-forced figure at the same positions.",
+)
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=2),
+    default=9,
+    show_default=True,
+    help="--online: prompt length in tokens (the rest of each sequence is not used).",
+)
+@click.option(
+    "--new-tokens",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="--online: tokens to generate after each prompt.",
+)
 @output_options
 def accept(
     ckpt: Path,
@@ -74,6 +94,9 @@ def accept(
     tokenizer: Path | None,
     min_acceptance: float | None,
     plot: Path | None,
+    online: bool,
+    prompt_tokens: int,
+    new_tokens: int,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -85,7 +108,8 @@ def accept(
 
     One teacher-forced forward pass per sequence (k = 1): the MTP head's distribution q for
     token t+2 is scored against the main model's distribution p at t+1. Reports greedy
-    acceptance, alpha = mean sum_v min(p, q) and 1 + alpha tokens per target pass.
+    acceptance, alpha = mean sum_v min(p, q) and 1 + alpha tokens per target pass. With
+    --online, also what real draft-then-verify decoding accepts at the positions it drafts.
     """
     from mtpcheck.accept.workloads import parse_spec
 
@@ -111,6 +135,9 @@ def accept(
             tokenizer=tokenizer,
             min_acceptance=min_acceptance,
             trust_pickle=trust_pickle,
+            online=online,
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
         )
         report = run_accept(options, log=opts.log)
         if plot is not None:

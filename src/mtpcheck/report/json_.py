@@ -10,6 +10,7 @@ from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
     CheckpointSummary,
+    OnlineAcceptance,
     Report,
     TensorComparison,
 )
@@ -115,7 +116,25 @@ def report_dict(report: Report) -> dict[str, Any]:
     if report.command == "accept":
         result["acceptance"] = [_acceptance(r) for r in report.acceptance]
         result["acceptance_deltas"] = [_delta(d) for d in report.acceptance_deltas]
+        result["online_acceptance"] = [_online(o) for o in report.online]
     return result
+
+
+def _online(o: OnlineAcceptance) -> dict[str, Any]:
+    return {
+        "checkpoint": o.checkpoint,
+        "workload": o.workload,
+        "temperature": o.temperature,
+        "sequences": o.sequences,
+        "prompt_tokens": o.prompt_tokens,
+        "new_tokens": o.new_tokens,
+        "drafts": o.drafts,
+        "accepted": o.accepted,
+        "online": o.online,
+        "tokens_per_pass": o.tokens_per_pass,
+        "teacher_forced": o.teacher_forced,
+        "agreeing": o.agreeing,
+    }
 
 
 def error_dict(command: str, path: str, reason: str) -> dict[str, Any]:

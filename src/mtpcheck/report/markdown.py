@@ -51,6 +51,21 @@ def _acceptance(report: Report, stream: TextIO) -> None:
             )
 
 
+def _online(report: Report, stream: TextIO) -> None:
+    stream.write(
+        f"\n**MTP acceptance online** (draft-then-verify, k=1, "
+        f"T={report.online[0].temperature:g}), at the drafted positions\n\n"
+        "| workload | checkpoint | drafts | online | teacher-forced | agree | tokens/pass |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    for o in report.online:
+        agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "—"
+        stream.write(
+            f"| {_cell(o.workload)} | `{_cell(o.checkpoint)}` | {o.drafts} | {o.online:.3f} | "
+            f"{o.teacher_forced:.3f} | {agree} | {o.tokens_per_pass:.2f} |\n"
+        )
+
+
 class MarkdownRenderer:
     name = "markdown"
 
@@ -69,6 +84,8 @@ class MarkdownRenderer:
             )
         if report.acceptance:
             _acceptance(report, stream)
+        if report.online:
+            _online(report, stream)
         stream.write("\n| | check | subject | finding |\n|---|---|---|---|\n")
         for check in report.checks:
             for f in check.findings:

@@ -103,6 +103,36 @@ def _acceptance_table(report: Report) -> Table:
     return table
 
 
+def _online_table(report: Report) -> Table:
+    """accept --online: what draft-then-verify decoding accepted, beside teacher forcing."""
+    paths = list(dict.fromkeys(o.checkpoint for o in report.online))
+    label = {p: "AB"[i] for i, p in enumerate(paths)} if len(paths) == 2 else {}
+    temperature = report.online[0].temperature
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.title = Text(
+        f"MTP acceptance online (draft-then-verify, k=1, T={temperature:g}) at the drafted "
+        "positions"
+    )
+    table.title_justify = "left"
+    columns = ("workload", "ckpt", "drafts", "online", "teacher-forced", "agree", "tokens/pass")
+    for column in columns:
+        if column != "ckpt" or label:
+            justify = "left" if column in ("workload", "ckpt") else "right"
+            table.add_column(column, justify=justify, no_wrap=True)
+    for o in report.online:
+        cells = [Text(o.workload)] + ([Text(label[o.checkpoint])] if label else [])
+        agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "-"
+        cells += [
+            Text(f"{o.drafts} / {o.sequences} seq"),
+            Text(f"{o.online:.3f}"),
+            Text(f"{o.teacher_forced:.3f}"),
+            Text(agree),
+            Text(f"{o.tokens_per_pass:.2f}"),
+        ]
+        table.add_row(*cells)
+    return table
+
+
 LOG_WIDTH = 120
 """Width of the report in a log (stdout not a terminal) unless ``COLUMNS`` says otherwise."""
 MIN_FINDING = 40
@@ -152,6 +182,9 @@ class TableRenderer:
             console.print()
         if report.acceptance:
             console.print(_acceptance_table(report))
+            console.print()
+        if report.online:
+            console.print(_online_table(report))
             console.print()
         checks = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
         subject_width, word_width = _longest(report)

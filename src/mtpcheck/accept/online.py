@@ -1,7 +1,8 @@
-"""A real draft-then-verify speculative decoding loop (k = 1) over mtpcheck's MTP head.
+"""``accept --online``: a real draft-then-verify speculative decoding loop (k = 1).
 
-Used by the honesty tests: what the loop measures online must agree with the teacher-forced
-number ``mtpcheck accept`` computes on the generated sequences.
+The MTP head drafts one token, the main model verifies it, exactly as a serving engine's MTP
+speculative decoding does; what the loop accepts online is reported beside the teacher-forced
+figure at the very positions it drafted (tests: the two agree position by position, greedy).
 
 Each step, for every sequence with tokens ``x_0..x_m``:
 
@@ -22,12 +23,15 @@ over the whole prefix every step (no KV caches), which is slow but has nothing t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from mtpcheck.accept.head import hidden_and_logits
 from mtpcheck.accept.metrics import distributions
-from mtpcheck.accept.runner import Drafter
+
+if TYPE_CHECKING:
+    from mtpcheck.accept.runner import Drafter
 
 
 @dataclass
@@ -79,7 +83,8 @@ def speculative_decode(
         return sample(distributions(logits, temperature))
 
     # prefill: the first new token comes from the main model alone
-    hidden, logits = hidden_and_logits(model, _padded(seqs, pad))
+    dev = drafter.device
+    hidden, logits = hidden_and_logits(model, _padded(seqs, pad).to(dev))
     states = []  # per sequence: main hidden states h_0..h_{m-1}, all of verified tokens
     for b, s in enumerate(seqs):
         states.append(hidden[b, : len(s)])
@@ -90,14 +95,14 @@ def speculative_decode(
         if not active:
             return out
         rows = [seqs[b] for b in active]
-        ids = _padded(rows, pad)
+        ids = _padded(rows, pad).to(dev)
         width = ids.shape[1] - 1
-        h = torch.zeros(len(rows), width, hidden.shape[-1], dtype=hidden.dtype)
+        h = torch.zeros(len(rows), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
         for i, b in enumerate(active):
             h[i, : len(states[b])] = states[b]
         q_logits = head(h, ids[:, 1:])
         drafts = [pick(q_logits[i, len(s) - 2]) for i, s in enumerate(rows)]  # slot m-1
-        verify = _padded([s + [d] for s, d in zip(rows, drafts, strict=True)], pad)
+        verify = _padded([s + [d] for s, d in zip(rows, drafts, strict=True)], pad).to(dev)
         hidden, logits = hidden_and_logits(model, verify)
         for i, (b, s, d) in enumerate(zip(active, rows, drafts, strict=True)):
             m = len(s) - 1
