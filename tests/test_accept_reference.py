@@ -17,9 +17,12 @@ from tests.conftest import FIXTURES
 ACCEPT = FIXTURES / "accept_deepseek_v3"
 
 
-def _reference_logits(fixture: Path, mtp_layer: int, ids: torch.Tensor) -> torch.Tensor:
+def _reference_logits(
+    fixture: Path, pattern: str, kinds: tuple[str, str] | None, ids: torch.Tensor
+) -> torch.Tensor:
     """transformers' MtpModel, teacher-forced: slot t drafts token t+2 from the main model's
-    hidden state at t and the embedding of token t+1."""
+    hidden state at t and the embedding of token t+1. ``kinds``: the (attention, MLP) kind of
+    the MTP layer, for configs that do not declare ``num_mtp_layers`` (Qwen3-Next)."""
     import transformers
     from transformers.modeling_layers import MtpModel
 
@@ -28,7 +31,13 @@ def _reference_logits(fixture: Path, mtp_layer: int, ids: torch.Tensor) -> torch
     transformers.logging.disable_progress_bar()
     model = transformers.AutoModelForCausalLM.from_pretrained(fixture, dtype=torch.float32)
     # its MTP pattern names the released depth (layers.61, .46, .92); the fixtures' is 2
-    model._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{mtp_layer}\..*"]
+    model._keys_to_ignore_on_load_unexpected = [pattern]
+    if kinds is not None:
+        config = model.config.get_text_config()
+        config.num_mtp_layers = 1
+        config.mtp_layer_types = [kinds[0]]
+        if getattr(config, "mlp_layer_types", None):
+            config.mtp_mlp_layer_types = [kinds[1]]
     mtp = MtpModel.from_pretrained(model).eval()
     with torch.no_grad():
         hidden = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states[-1]
@@ -37,14 +46,22 @@ def _reference_logits(fixture: Path, mtp_layer: int, ids: torch.Tensor) -> torch
         return mtp._project_to_logits(state)
 
 
+WORDS = "w01 w02 w03 w05 w08 w13 w21 w34 w55 w09 w04 w40"
+LAYER_2 = r"model\.layers\.2\..*"
+
+
 @pytest.mark.parametrize(
-    ("fixture", "words"),
+    ("fixture", "pattern", "kinds", "words"),
     [
-        (ACCEPT, None),  # the trained fixture, on its in-domain workload
-        (FIXTURES / "glm4_moe", "w01 w02 w03 w05 w08 w13 w21 w34 w55 w09 w04 w40"),
+        (ACCEPT, LAYER_2, None, None),  # the trained fixture, on its in-domain workload
+        (FIXTURES / "glm4_moe", LAYER_2, None, WORDS),
+        (FIXTURES / "qwen3_next", r"^mtp.*", ("full_attention", "sparse"), WORDS),
     ],
+    ids=["deepseek_v3", "glm4_moe", "qwen3_next"],
 )
-def test_mtp_head_matches_transformers_mtp_model(fixture: Path, words: str | None) -> None:
+def test_mtp_head_matches_transformers_mtp_model(
+    fixture: Path, pattern: str, kinds: tuple[str, str] | None, words: str | None
+) -> None:
     tokenizer = load_tokenizer(ACCEPT)
     if words is None:
         path = ACCEPT / "workloads" / "in_domain.jsonl"
@@ -55,13 +72,14 @@ def test_mtp_head_matches_transformers_mtp_model(fixture: Path, words: str | Non
     ids = torch.tensor(sequences)
     drafter = open_drafter(fixture, dtype="float32")
     assert isinstance(drafter, Drafter)
-    reference = _reference_logits(fixture, 2, ids)
+    reference = _reference_logits(fixture, pattern, kinds, ids)
     with torch.no_grad():
         hidden = drafter.model(input_ids=ids, output_hidden_states=True, use_cache=False)
         ours = drafter.head(hidden.hidden_states[-1][:, :-1], ids[:, 1:])
     assert (ours.argmax(-1) == reference.argmax(-1)).all()  # the same draft everywhere
     assert float((ours - reference).abs().max()) < 1e-4
     # and the greedy verdicts mtpcheck reports are the reference's
-    main = drafter.model(input_ids=ids, use_cache=False).logits[:, 1:].argmax(-1)
+    with torch.no_grad():
+        main = drafter.model(input_ids=ids, use_cache=False).logits[:, 1:].argmax(-1)
     for row, (hits, _) in enumerate(score_batch(drafter, sequences, 0.0)):
         assert hits.tolist() == (reference[row].argmax(-1) == main[row]).tolist()

@@ -1,7 +1,8 @@
 """The MTP head of a checkpoint, built from the main model's own transformers modules.
 
-For a DeepSeek-style MTP layer (DeepSeek-V3, GLM-4.5) with hidden state ``h_t`` of the main
-model and the embedding ``e_{t+1}`` of the next token::
+For a DeepSeek-style MTP layer (DeepSeek-V3, GLM-4.5; Qwen3-Next's ``mtp.fc`` over
+``pre_fc_norm_embedding`` / ``pre_fc_norm_hidden`` is the same shape) with hidden state ``h_t``
+of the main model and the embedding ``e_{t+1}`` of the next token::
 
     x = eh_proj(cat(enorm(e_{t+1}), hnorm(h_t)))      # hidden first for MiMo-style layouts
     x = decoder_block(x)                               # the main model's decoder-layer class
@@ -14,6 +15,8 @@ returned (normed) hidden states the same way. The embedding and output head are 
 copies in the MTP layer when the checkpoint has them (what a serving engine loads), else the
 main model's. The decoder block's slot t sits at position t (as in vLLM and Megatron-LM);
 RoPE attention only sees position differences, so this equals transformers' t+1 convention.
+Where the config lists a kind per layer (Qwen3-Next's linear or full attention), the block is
+built with the kinds of the main layer it mirrors.
 
 Weights are read with mtpcheck's own checkpoint reader, by the family registry's names, and
 mapped onto the modules' parameters (per-expert MoE tensors are stacked into transformers'
@@ -33,8 +36,9 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import ConcatOrder, MtpAnalysis
 from mtpcheck.model import Checkpoint
 
-SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe")
-"""Registry keys whose MTP head ``accept`` can compute (each tested on a shipped fixture)."""
+SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next")
+"""Registry keys whose MTP head ``accept`` can compute: each tested on a shipped fixture and
+checked against transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
 
 _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _MAIN_EMBED = "model.embed_tokens.weight"
@@ -57,6 +61,9 @@ class HeadLayout:
     head: str | None
     """Stored output head of the MTP layer, when present."""
     hidden_first: bool
+    mirrors: int | None = None
+    """The main decoder layer the MTP block mirrors (its attention and MLP kinds are the
+    block's, for models whose config lists a kind per layer)."""
 
 
 def _fill(template: str, i: int, base: int) -> str:
@@ -117,7 +124,14 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
         embed=embed if embed in ckpt.tensors else None,
         head=head if head in ckpt.tensors else None,
         hidden_first=family.concat_order is ConcatOrder.HIDDEN_FIRST,
+        mirrors=_layer_number(analysis.reference_layers.get(0)),
     )
+
+
+def _layer_number(prefix: str | None) -> int | None:
+    """``model.layers.7.`` -> 7."""
+    digits = [part for part in (prefix or "").split(".") if part.isdigit()]
+    return int(digits[-1]) if digits else None
 
 
 def read_tensor(ckpt: Checkpoint, name: str) -> torch.Tensor:
@@ -247,6 +261,11 @@ def build_head(
     skip |= {n for n in (layout.embed, layout.head) if n}
     block_names = [n for n in ckpt.tensors if n.startswith(layout.prefix) and n not in skip]
     moe = any(".experts." in n or ".mlp.gate.weight" in n for n in block_names)
+    k = layout.mirrors
+    for kinds in ("layer_types", "mlp_layer_types"):  # per-layer kinds: the mirrored layer's
+        listed = getattr(config, kinds, None)
+        if isinstance(listed, list | tuple) and k is not None and k < len(listed):
+            setattr(config, kinds, [listed[k]])
     config.num_hidden_layers = 1
     if hasattr(config, "first_k_dense_replace"):
         config.first_k_dense_replace = 0 if moe else 1
