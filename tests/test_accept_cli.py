@@ -255,3 +255,23 @@ def test_online_draft_then_verify_beside_teacher_forcing(run_cli, workloads, tmp
     assert o["agreeing"] is None and 0 < o["teacher_forced"] < 1
     plain = run_cli("accept", FIXTURE, *workloads[:2], "--format", "json")
     assert json.loads(plain.stdout)["online_acceptance"] == []
+
+
+@pytest.mark.parametrize(
+    ("family", "code", "said"),
+    [
+        ("step3p7", 2, "accept does not support Step-3.7 yet: 3 MTP layers with their own heads"),
+        ("deepseek_v4", 2, "accept does not support DeepSeek-V4 yet: split e_proj/h_proj"),
+        ("gemma4_assistant", 0, "no drafter (this checkpoint is a drafter for a Gemma 4 model"),
+    ],
+)
+def test_families_accept_cannot_measure_say_why(
+    run_cli, tmp_path: Path, family: str, code: int, said: str
+) -> None:
+    workload = tmp_path / "w.jsonl"
+    workload.write_text('{"text": "w01 w02 w03 w04 w05"}\n')
+    run = run_cli(
+        "accept", FIXTURES / family, "--workload", f"w={workload}", "--tokenizer", FIXTURE
+    )
+    assert run.exit_code == code, run
+    assert said in run.stderr

@@ -33,12 +33,33 @@ from typing import Any
 import torch
 
 from mtpcheck.errors import InputError
-from mtpcheck.families import ConcatOrder, MtpAnalysis
+from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis
 from mtpcheck.model import Checkpoint
 
 SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next")
 """Registry keys whose MTP head ``accept`` can compute: each tested on a shipped fixture and
 checked against transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
+
+WHY_NOT: dict[str, str] = {
+    "glm_moe_dsa": "its DSA layer has no outside reference (transformers' MtpModel cannot run "
+    "'indexed_attention' layers)",
+    "mimo": "transformers has no MiMo class (the checkpoints ship remote code)",
+    "mimo_v2_flash": "3 MTP layers: per-depth acceptance is not built yet",
+    "step3p5": "3 MTP layers with their own heads: per-depth acceptance is not built yet",
+    "step3p7": "3 MTP layers with their own heads: per-depth acceptance is not built yet "
+    "(transformers' MtpModel drops the per-layer head vLLM uses)",
+    "deepseek_v4": "split e_proj/h_proj projections over hyper-connection streams are not "
+    "built yet",
+    "qwen4_exp": "split projections over hyper-connection streams are not built yet",
+    "qwen4_exp_text": "split projections over hyper-connection streams are not built yet",
+    "nemotron_h": "transformers cannot run speculative decoding on its stateful Mamba layers, "
+    "and the head is not built yet",
+    "gemma4": "its drafter is a separate checkpoint (the -assistant repository)",
+    "gemma4_assistant": "this checkpoint is a drafter for a Gemma 4 model, not a model with MTP "
+    "layers",
+    "megatron": "accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)",
+}
+"""Why ``accept`` cannot measure a family yet, where there is more to say than "not yet"."""
 
 _FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _MAIN_EMBED = "model.embed_tokens.weight"
@@ -83,6 +104,9 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
     family ``accept`` cannot run raises :class:`InputError`.
     """
     present = [layer for layer in analysis.layers if layer.present]
+    family = analysis.family
+    if family is not None and family.drafter is not Drafter.INSIDE:
+        return WHY_NOT.get(family.key, "no MTP layers: the drafter is a separate checkpoint")
     if not present:
         declared = analysis.declared.value
         said = f"; config declares {declared} ({analysis.declared.source})" if declared else ""
@@ -94,12 +118,14 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
             f"MTP layer {first.index} is incomplete: {len(first.missing)} tensor(s) missing "
             f"({shown})"
         )
-    family = analysis.family
     if family is None or family.key not in SUPPORTED_FAMILIES or family.megatron_wrapper is None:
         name = family.display if family else f"model_type {analysis.model_type!r}"
+        why = WHY_NOT.get(family.key, "") if family else ""
         raise InputError(
             ckpt.path,
-            f"accept does not support {name} yet (supported: {supported_names()})",
+            f"accept does not support {name} yet"
+            + (f": {why}" if why else "")
+            + f" (supported: {supported_names()})",
         )
     for name in first.present:
         dtype = ckpt.tensors[name].dtype
