@@ -56,15 +56,16 @@ LAYER_2 = r"model\.layers\.2\..*"
         (ACCEPT, LAYER_2, None, None),  # the trained fixture, on its in-domain workload
         (FIXTURES / "glm4_moe", LAYER_2, None, WORDS),
         (FIXTURES / "qwen3_next", r"^mtp.*", ("full_attention", "sparse"), WORDS),
+        (FIXTURES / "accept_qwen3_next", r"^mtp.*", ("full_attention", "sparse"), None),
     ],
-    ids=["deepseek_v3", "glm4_moe", "qwen3_next"],
+    ids=["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_next_trained"],
 )
 def test_mtp_head_matches_transformers_mtp_model(
     fixture: Path, pattern: str, kinds: tuple[str, str] | None, words: str | None
 ) -> None:
     tokenizer = load_tokenizer(ACCEPT)
     if words is None:
-        path = ACCEPT / "workloads" / "in_domain.jsonl"
+        path = fixture / "workloads" / "in_domain.jsonl"
         sequences = [list(s) for s in tokenise("w", path, tokenizer, 512).sequences[:6]]
     else:  # ids 4..63: inside the untrained GLM fixture's 64-token vocabulary
         sequences = [tokenizer(words)["input_ids"], tokenizer(words[::-1])["input_ids"]]
