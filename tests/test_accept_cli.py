@@ -120,7 +120,7 @@ def test_unsupported_family_says_so(run_cli, tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr and run.stdout == ""
 
 
-@pytest.mark.parametrize("family", ["glm4_moe", "qwen3_next"])
+@pytest.mark.parametrize("family", ["glm4_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe"])
 def test_other_families_run(run_cli, tmp_path: Path, family: str) -> None:
     workload = tmp_path / "w.jsonl"  # words w00..w59 are ids 4..63, inside their 64-id vocab
     workload.write_text('{"text": "w01 w02 w03 w04 w05 w06 w07 w08"}\n{"text": "w10 w11 w12"}\n')

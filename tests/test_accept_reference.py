@@ -57,8 +57,17 @@ LAYER_2 = r"model\.layers\.2\..*"
         (FIXTURES / "glm4_moe", LAYER_2, None, WORDS),
         (FIXTURES / "qwen3_next", r"^mtp.*", ("full_attention", "sparse"), WORDS),
         (FIXTURES / "accept_qwen3_next", r"^mtp.*", ("full_attention", "sparse"), None),
+        (FIXTURES / "qwen3_5_text", r"^mtp.*", ("full_attention", "dense"), WORDS),
+        (FIXTURES / "qwen3_5_moe", r"^mtp.*", ("full_attention", "sparse"), WORDS),
     ],
-    ids=["deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_next_trained"],
+    ids=[
+        "deepseek_v3",
+        "glm4_moe",
+        "qwen3_next",
+        "qwen3_next_trained",
+        "qwen3_5_text",
+        "qwen3_5_moe_vlm_packed",
+    ],
 )
 def test_mtp_head_matches_transformers_mtp_model(
     fixture: Path, pattern: str, kinds: tuple[str, str] | None, words: str | None

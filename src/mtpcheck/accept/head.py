@@ -36,7 +36,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis
 from mtpcheck.model import Checkpoint
 
-SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next")
+SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5_text", "qwen3_5")
 """Registry keys whose MTP head ``accept`` can compute: each tested on a shipped fixture and
 checked against transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
 
@@ -118,7 +118,8 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
             f"MTP layer {first.index} is incomplete: {len(first.missing)} tensor(s) missing "
             f"({shown})"
         )
-    if family is None or family.key not in SUPPORTED_FAMILIES or family.megatron_wrapper is None:
+    parts = family and (family.head_parts or family.megatron_wrapper)
+    if family is None or family.key not in SUPPORTED_FAMILIES or not parts:
         name = family.display if family else f"model_type {analysis.model_type!r}"
         why = WHY_NOT.get(family.key, "") if family else ""
         raise InputError(
@@ -136,7 +137,7 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
                 "(quantised MTP layers not yet)",
             )
     base = analysis.num_hidden_layers or 0
-    enorm, hnorm, projection, final_norm = (_fill(t, 0, base) for t in family.megatron_wrapper)
+    enorm, hnorm, projection, final_norm = (_fill(t, 0, base) for t in parts)
     copies = {c.main: _fill(c.template, 0, base) for c in family.copies}
     embed = copies.get(_MAIN_EMBED)
     head = copies.get(_MAIN_HEAD)

@@ -49,6 +49,12 @@ def _qwen_style(
         ),
         projection="mtp.fc.weight",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
+        head_parts=(
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.fc.weight",
+            "mtp.norm.weight",
+        ),
         main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
         gated_attention=gated_attention,

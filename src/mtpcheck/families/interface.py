@@ -87,6 +87,9 @@ class MtpFamily:
     megatron_wrapper: tuple[str, ...] | None = None
     """HF templates of Megatron's ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm`` (in
     that order); None when mtpcheck has no HF <-> Megatron mapping for the family."""
+    head_parts: tuple[str, ...] | None = None
+    """The same four templates for ``accept``'s MTP head, where the family has no Megatron
+    mapping (else ``megatron_wrapper`` serves)."""
     gated_attention: bool = False
     """Attention with an output gate: HF ``q_proj`` holds ``[q; gate]`` per head (Qwen3-Next)."""
     shared_expert_style: str = "shared_experts"
