@@ -322,11 +322,7 @@ def test_references() -> None:
         "deepseek-ai/DeepSeek-V3", "main"
     )
     assert parse_ref("hf://org/name") == HubRef("org/name")
-    assert parse_ref("some-org/some-model") == HubRef("some-org/some-model")  # no such path
-    assert (
-        parse_ref(str(Path("fixtures") / "mimo")) is None
-        or not (Path("fixtures") / "mimo").exists()
-    )
+    assert parse_ref("some-org/some-model") == HubRef("some-org/some-model", bare=True)
     assert parse_ref(str(FIXTURES / "mimo")) is None  # a local path
     for bad in ("hf://justname", "hf://a/b/c", "hf://org/name@", "hf://../x"):
         with pytest.raises(Exception, match="expected hf://ORG/NAME"):
@@ -362,4 +358,14 @@ def test_the_installed_command_reads_its_endpoint_and_cache_from_the_environment
     assert gated.stderr.splitlines() == [
         "mtpcheck: error: hf://org/mimo: gated repository: request access on its Hub page, "
         "then log in (`hf auth login`) or set HF_TOKEN"
+    ]
+
+
+def test_a_mistyped_local_path_is_not_a_silent_hub_lookup(run_cli, online: FakeHub) -> None:
+    run = run_cli("inspect", "checkpints/model")  # meant checkpoints/model, which exists nowhere
+    assert run.exit_code == 2
+    assert run.stderr.splitlines() == [
+        "mtpcheck: error: hf://checkpints/model: repository not found, or private: check the "
+        "name, and log in (`hf auth login`) or set HF_TOKEN if it is private (read as a Hub "
+        "repository: no local path checkpints/model exists)"
     ]

@@ -55,6 +55,8 @@ class HubRef:
 
     repo: str
     revision: str | None = None
+    bare: bool = False
+    """Named without ``hf://`` (then it was no local path either: errors say so)."""
 
     def __str__(self) -> str:
         return SCHEME + self.repo + (f"@{self.revision}" if self.revision else "")
@@ -62,7 +64,8 @@ class HubRef:
 
 def parse_ref(text: str) -> HubRef | None:
     """The Hub repository ``text`` names, or None when it names a local path."""
-    if text.startswith(SCHEME):
+    bare = not text.startswith(SCHEME)
+    if not bare:
         body = text[len(SCHEME) :]
     elif _REPO_ID.fullmatch(text.split("@", 1)[0]) and not Path(text).exists():
         body = text
@@ -71,7 +74,7 @@ def parse_ref(text: str) -> HubRef | None:
     repo, _, revision = body.partition("@")
     if not _REPO_ID.fullmatch(repo) or ".." in repo or (text.endswith("@") and not revision):
         raise InputError(text, "not a Hub repository: expected hf://ORG/NAME[@REVISION]")
-    return HubRef(repo, revision or None)
+    return HubRef(repo, revision or None, bare)
 
 
 @dataclass
@@ -397,6 +400,8 @@ class _hub_errors:  # noqa: N801  (used as a context manager)
         reason = _explain(self.ref, e)
         if reason is None:
             return False
+        if self.ref.bare:
+            reason += f" (read as a Hub repository: no local path {self.ref.repo} exists)"
         raise InputError(str(self.ref), reason) from e
 
 
