@@ -369,3 +369,21 @@ def test_a_mistyped_local_path_is_not_a_silent_hub_lookup(run_cli, online: FakeH
         "name, and log in (`hf auth login`) or set HF_TOKEN if it is private (read as a Hub "
         "repository: no local path checkpints/model exists)"
     ]
+
+
+def test_hub_inspect_imports_no_torch(hub: FakeHub, tmp_path: Path) -> None:
+    from tests.launch import child_env
+
+    env = {**child_env(), "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path)}  # type: ignore[attr-defined]
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "mtpcheck", "inspect", "hf://org/deepseek_v3"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in run.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "huggingface_hub" in imported  # the check can see a heavy import when there is one
+    assert not imported & {"torch", "transformers", "megatron", "numpy", "safetensors"}
