@@ -142,7 +142,7 @@ def test_transformers_loads_the_fixture_and_its_resave_drops_mtp(
     src = FIXTURES / name
     cls = getattr(transformers, _config(src)["architectures"][0])
     model, info = cls.from_pretrained(src, output_loading_info=True)
-    assert info["missing_keys"] == set() or info["missing_keys"] == [], info["missing_keys"]
+    assert not info["missing_keys"], info["missing_keys"]
     # unexpected keys are reported in transformers' in-memory names: judge by layer prefix
     prefixes = tuple(layer.prefix for layer in _analysis(src).layers)
     assert all(k.startswith(prefixes) for k in info["unexpected_keys"]), info["unexpected_keys"]

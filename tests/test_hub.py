@@ -104,6 +104,7 @@ def test_hub_inspect_gives_the_local_verdict_from_headers_alone(
     assert online.fetched("GET") <= headers + small + tree
     said = remote.stderr.strip().splitlines()[-1]
     assert said.startswith(f"mtpcheck: hf://org/{name}: fetched ") and "no tensor bytes" in said
+    assert f" in {len(online.log)} requests " in said  # what it says is what the server saw
 
 
 def test_fetch_compares_shared_copies_by_range_reads(
@@ -292,17 +293,40 @@ def test_an_unreachable_hub_is_one_line(run_cli, online: FakeHub, monkeypatch) -
     assert line.startswith("mtpcheck: error: hf://org/mimo: cannot reach http://127.0.0.1:")
 
 
+@pytest.mark.parametrize("stray", ["a shard", "garbage"])
 def test_an_unindexed_shard_in_the_repository_is_reported(
-    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path, stray: str
 ) -> None:
     extra = tmp_path / "extra"
     shutil.copytree(FIXTURES / "deepseek_v3", extra)
-    shutil.copy(FIXTURES / "mimo" / "model.safetensors", extra / "stray.safetensors")
+    if stray == "a shard":
+        shutil.copy(FIXTURES / "mimo" / "model.safetensors", extra / "stray.safetensors")
+    else:  # not even a header: the index does not name it, so it is not read as one
+        (extra / "stray.safetensors").write_bytes(b"\xff" * 64)
     hub.add("org/extra", extra)
     run = run_cli("inspect", "hf://org/extra", "--format", "json")
-    assert run.exit_code == 1
+    assert run.exit_code == 1, run.stderr
     assert ("fail", "stray.safetensors is in the repository but the index does not mention it") in (
         _findings(_report(run))["integrity"]
+    )
+
+
+def test_shards_without_an_index_holding_a_tensor_twice(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    shutil.copy(FIXTURES / "mimo" / "config.json", twice)
+    for name in ("model-a.safetensors", "model-b.safetensors"):
+        shutil.copy(FIXTURES / "mimo" / "model.safetensors", twice / name)
+    hub.add("org/twice", twice)
+    local = _findings(_report(run_cli("inspect", twice, "--format", "json")))["integrity"]
+    remote = run_cli("inspect", "hf://org/twice", "--format", "json")
+    assert remote.exit_code == 1
+    assert _findings(_report(remote))["integrity"] == local
+    assert local[0] == (
+        "fail",
+        "lm_head.weight is stored in model-a.safetensors and model-b.safetensors",
     )
 
 

@@ -7,12 +7,11 @@ LFS sha256 is equal is equal byte for byte. Anything else is reported as not com
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.tensor_match import by_metadata
 from mtpcheck.model import Checkpoint, HeadersOnly, TensorComparison, TensorStatus
-
-Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
 
 def _sha(ckpt: Checkpoint, file: str) -> str | None:

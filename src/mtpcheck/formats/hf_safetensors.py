@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -154,7 +154,8 @@ def _load_config(root: Path) -> tuple[dict[str, Any], str | None]:
     return read_config(config_path), str(config_path)
 
 
-def _read_index(index_file: Path) -> dict[str, str]:
+def read_index(index_file: Path) -> dict[str, str]:
+    """The index's weight map, its shard names checked (no path leaves the folder)."""
     if index_file.exists() and not index_file.is_file():  # a directory, or a blocking FIFO
         raise InputError(index_file, "not a regular file")
     try:
@@ -181,7 +182,7 @@ def _read_index(index_file: Path) -> dict[str, str]:
 def _open_indexed(
     root: Path, index_file: Path
 ) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
-    weight_map = _read_index(index_file)
+    weight_map = read_index(index_file)
     issues: list[IntegrityIssue] = []
     headers: dict[str, ShardHeader] = {}
     for shard in sorted(set(weight_map.values())):
@@ -197,10 +198,8 @@ def _open_indexed(
             )
             continue
         headers[shard] = read_header(str(shard_path))
-    issues.extend(_truncation_issues(headers.values(), root))
-    tensors = _as_indexed(weight_map, headers)
-    if tensors is None:
-        tensors = _reconcile(weight_map, headers, issues)
+    issues.extend(truncation_issues(headers.values()))
+    tensors = indexed_tensors(weight_map, headers, issues)
     named = set(weight_map.values())
     issues.extend(
         IntegrityIssue(
@@ -212,6 +211,15 @@ def _open_indexed(
         if extra.name not in named
     )
     return tensors, issues
+
+
+def indexed_tensors(
+    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
+) -> dict[str, TensorMeta]:
+    """The tensors loaders see through the index; disagreements with the headers are added to
+    ``issues``."""
+    tensors = _as_indexed(weight_map, headers)
+    return tensors if tensors is not None else _reconcile(weight_map, headers, issues)
 
 
 def _as_indexed(
@@ -282,10 +290,17 @@ def _reconcile(
 
 
 def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+    headers = [read_header(str(p)) for p in shards]
+    tensors, issues = unindexed_tensors(headers)
+    return tensors, [*truncation_issues(headers), *issues]
+
+
+def unindexed_tensors(
+    headers: Iterable[ShardHeader],
+) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+    """Shards without an index, merged in order; a name stored twice is an issue."""
     issues: list[IntegrityIssue] = []
     tensors: dict[str, TensorMeta] = {}
-    headers = [read_header(str(p)) for p in shards]
-    issues.extend(_truncation_issues(headers, shards[0].parent if shards else Path(".")))
     for header in headers:
         for name, meta in header.tensors.items():
             if name in tensors:
@@ -302,7 +317,7 @@ def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[Int
     return tensors, issues
 
 
-def _truncation_issues(headers: Any, root: Path) -> list[IntegrityIssue]:
+def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
     issues = []
     for header in headers:
         name = Path(header.path).name

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -27,10 +27,10 @@ from mtpcheck.errors import HeaderError, InputError
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.hf_safetensors import (
     INDEX_SUFFIX,
-    _as_indexed,
-    _read_index,
-    _reconcile,
-    _truncation_issues,
+    indexed_tensors,
+    read_index,
+    truncation_issues,
+    unindexed_tensors,
 )
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
 from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta
@@ -85,9 +85,9 @@ class Traffic:
     bytes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, nbytes: int) -> None:
+    def add(self, nbytes: int, requests: int = 1) -> None:
         with self.lock:
-            self.requests += 1
+            self.requests += requests
             self.bytes += nbytes
 
 
@@ -189,7 +189,11 @@ class _Client:
         )
         path = Path(local)
         cached = isinstance(before, str) and Path(before).resolve() == path.resolve()
-        self.traffic.add(0 if cached else path.stat().st_size)  # a HEAD request either way
+        # a HEAD request either way; the GET only when the cache did not hold the file
+        if cached:
+            self.traffic.add(0, requests=1)
+        else:
+            self.traffic.add(path.stat().st_size, requests=2)
         return path
 
     def get(self, url: str, headers: dict[str, str]) -> Any:
@@ -306,7 +310,8 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
             str(ref), f"no safetensors weights in the repository ({len(files)} files at {commit})"
         )
     # The headers of every shard the repository holds are read while config.json and the
-    # index download: the latency of the small files hides behind the shards'.
+    # index download: the latency of the small files hides behind the shards'. Only the
+    # headers of the shards the index names (all, without one) are then waited for.
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         small = {
             name: pool.submit(client.download, name)
@@ -314,17 +319,17 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
             if name in files
         }
         pending = {shard: pool.submit(_header, client, shard) for shard in shards}
-        headers = {shard: job.result() for shard, job in pending.items()}
         local = {name: job.result() for name, job in small.items()}
+        weight_map: dict[str, str] = {}
+        if INDEX_FILE in local:
+            weight_map = read_index(local[INDEX_FILE])
+            _check_shard_names(ref, weight_map)
+        wanted = sorted(set(weight_map.values())) if weight_map else shards
+        headers = {shard: pending[shard].result() for shard in wanted if shard in pending}
     config: dict[str, Any] = {}
     config_path: str | None = None
     if "config.json" in local:
         config, config_path = read_config(local["config.json"]), f"{ref}/config.json"
-    weight_map: dict[str, str] = {}
-    if INDEX_FILE in local:
-        weight_map = _read_index(local[INDEX_FILE])
-        _check_shard_names(ref, weight_map)
-    wanted = sorted(set(weight_map.values())) if weight_map else shards
     issues = [
         IntegrityIssue(
             "missing-shard", shard, f"index names shard {shard} but the repository lacks it"
@@ -332,12 +337,9 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
         for shard in wanted
         if shard not in files
     ]
-    headers = {shard: h for shard, h in headers.items() if shard in wanted}
-    issues.extend(_truncation_issues(headers.values(), Path(".")))
+    issues.extend(truncation_issues(headers.values()))
     if weight_map:
-        tensors = _as_indexed(weight_map, headers)
-        if tensors is None:
-            tensors = _reconcile(weight_map, headers, issues)
+        tensors = indexed_tensors(weight_map, headers, issues)
         named = set(weight_map.values())
         issues.extend(
             IntegrityIssue(
@@ -349,10 +351,8 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
             if extra not in named
         )
     else:
-        tensors = {}
-        for header in headers.values():
-            tensors.update(header.tensors)
-        tensors = dict(sorted(tensors.items()))
+        tensors, duplicates = unindexed_tensors(headers.values())
+        issues.extend(duplicates)
     return HubCheckpoint(
         path=str(ref),
         config=config,
@@ -369,7 +369,7 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
 
 def _check_shard_names(ref: HubRef, weight_map: Mapping[str, str]) -> None:
     for shard in set(weight_map.values()):
-        if "/" in PurePosixPath(shard).as_posix():
+        if "/" in shard:  # read_index has refused backslashes and ".."
             raise InputError(f"{ref}/{INDEX_FILE}", f"shard {shard!r} is in a sub-folder")
 
 

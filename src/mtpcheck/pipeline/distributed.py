@@ -37,7 +37,7 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import ConfigError, ExitCode, HeaderError, InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
-from mtpcheck.pipeline.progress import BATCH_BYTES
+from mtpcheck.pipeline.progress import runs_of_bytes
 from mtpcheck.pipeline.roundtrip import (
     Conversions,
     Opened,
@@ -254,7 +254,8 @@ def _sharded_compare(
         done: list[tuple[int, TensorComparison]] = []
         try:
             compared = 0
-            for batch in _index_batches(share, costs):
+            for run in runs_of_bytes([costs[i] for i in share]):  # one post to the store each
+                batch = [share[j] for j in run]
                 results = compare_many(a, b, [pairs[i] for i in batch])
                 done += zip(batch, results, strict=True)
                 compared += sum(costs[i] for i in batch)
@@ -273,22 +274,6 @@ def _sharded_compare(
         return results  # type: ignore[return-value]
 
     return compare
-
-
-def _index_batches(share: Sequence[int], costs: Sequence[int]) -> list[list[int]]:
-    """``share`` cut into runs of about :data:`BATCH_BYTES` (one post to the store each)."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    held = 0
-    for i in share:
-        current.append(i)
-        held += costs[i]
-        if held >= BATCH_BYTES:
-            batches.append(current)
-            current, held = [], 0
-    if current:
-        batches.append(current)
-    return batches
 
 
 def _quiet(build: Callable[[], Report]) -> int:

@@ -23,21 +23,27 @@ def _pair_bytes(a: Checkpoint, b: Checkpoint, pair: tuple[str, str]) -> int:
     return max(ma.nbytes if ma else 0, mb.nbytes if mb else 0)
 
 
+def runs_of_bytes(costs: Sequence[int]) -> list[list[int]]:
+    """Indices of ``costs``, in order, cut into runs of about :data:`BATCH_BYTES`."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for i, cost in enumerate(costs):
+        current.append(i)
+        held += cost
+        if held >= BATCH_BYTES:
+            runs.append(current)
+            current, held = [], 0
+    if current:
+        runs.append(current)
+    return runs
+
+
 def _batches(
     a: Checkpoint, b: Checkpoint, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[list[tuple[str, str]], int]]:
-    batches: list[tuple[list[tuple[str, str]], int]] = []
-    current: list[tuple[str, str]] = []
-    held = 0
-    for pair in pairs:
-        current.append(pair)
-        held += _pair_bytes(a, b, pair)
-        if held >= BATCH_BYTES:
-            batches.append((current, held))
-            current, held = [], 0
-    if current:
-        batches.append((current, held))
-    return batches
+    costs = [_pair_bytes(a, b, pair) for pair in pairs]
+    return [([pairs[i] for i in run], sum(costs[i] for i in run)) for run in runs_of_bytes(costs)]
 
 
 def _prefetch(ckpt: Checkpoint, names: list[str]) -> None:
