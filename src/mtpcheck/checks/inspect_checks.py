@@ -160,7 +160,12 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
             )
     if not findings:
         family = analysis.family
-        if family is None or not family.copies or family.copy_policy is CopyPolicy.NONE:
+        if family is not None and family.head_output and not family.copies:
+            reason = (
+                "family stores no MTP copies; each MTP layer holds its own output head (not a "
+                "copy) and reuses the main embedding"
+            )
+        elif family is None or not family.copies or family.copy_policy is CopyPolicy.NONE:
             reason = "family stores no MTP copies; the MTP layer reuses the main embedding and head"
         elif family.copy_policy is CopyPolicy.REQUIRED:
             reason = "no copies present (reported under mtp-layers)"

@@ -1,7 +1,14 @@
 """MTP family registry and the pure functions that locate MTP layers."""
 
 from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, FAMILY_BY_NAME
-from mtpcheck.families.interface import ConcatOrder, CopyPolicy, Drafter, MtpFamily, SharedCopy
+from mtpcheck.families.interface import (
+    ChainHidden,
+    ConcatOrder,
+    CopyPolicy,
+    Drafter,
+    MtpFamily,
+    SharedCopy,
+)
 from mtpcheck.families.layout import (
     DeclaredCount,
     MtpAnalysis,
@@ -14,6 +21,7 @@ __all__ = [
     "FAMILIES",
     "FAMILY_BY_MODEL_TYPE",
     "FAMILY_BY_NAME",
+    "ChainHidden",
     "ConcatOrder",
     "CopyPolicy",
     "DeclaredCount",

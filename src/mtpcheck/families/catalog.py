@@ -8,7 +8,13 @@ sources.
 from __future__ import annotations
 
 from mtpcheck.families.catalog_2026 import FAMILIES_2026
-from mtpcheck.families.interface import ConcatOrder, CopyPolicy, MtpFamily, SharedCopy
+from mtpcheck.families.interface import (
+    ChainHidden,
+    ConcatOrder,
+    CopyPolicy,
+    MtpFamily,
+    SharedCopy,
+)
 
 _NEXTN = ("num_nextn_predict_layers",)
 
@@ -126,6 +132,8 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         projection="model.layers.{n}.eh_proj.weight",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
+        head_output="model.layers.{n}.transformer.shared_head.output.weight",
+        chain_hidden=ChainHidden.PRE_NORM,
         notes="3 dense MTP layers; each shared_head.output is trained on its own, not a copy",
     ),
     MtpFamily(

@@ -9,7 +9,16 @@ reads the MTP tensors in practice.
 
 from __future__ import annotations
 
-from mtpcheck.families.interface import ConcatOrder, CopyPolicy, Drafter, MtpFamily, SharedCopy
+from dataclasses import replace
+
+from mtpcheck.families.interface import (
+    ChainHidden,
+    ConcatOrder,
+    CopyPolicy,
+    Drafter,
+    MtpFamily,
+    SharedCopy,
+)
 
 _NEXTN = ("num_nextn_predict_layers",)
 _QWEN_COUNT = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
@@ -306,14 +315,28 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
     # transformers models/step3p7 (builds its ignore pattern from the count and loads the layers
     # in MtpModel for generate(use_mtp=True)); vLLM step3p5_mtp.py. Step-3.5's own entry keeps
     # its transformer.shared_head.{norm,output} names; transformers' MtpModel reads these.
-    _appended(
-        "step3p7",
-        "Step-3.7",
-        ("step3p7",),
-        ("Step3p7ForConditionalGeneration",),
-        root="model.",
-        tail=("shared_head.norm.weight", "shared_head.head.weight"),
-        notes="3 MTP layers with sliding attention and a dense MLP, each with its own head",
+    # Serving (vLLM step3p5_mtp.py + v1/spec_decode/step3p5.py): depth d runs layer N+d, its
+    # logits come from that layer's own shared_head.{norm,head}, and the block output before
+    # shared_head.norm is chained to depth d+1 (transformers' MtpModel instead chains the
+    # normed output and uses the main lm_head).
+    replace(
+        _appended(
+            "step3p7",
+            "Step-3.7",
+            ("step3p7",),
+            ("Step3p7ForConditionalGeneration",),
+            root="model.",
+            tail=("shared_head.norm.weight", "shared_head.head.weight"),
+            notes="3 MTP layers with sliding attention and a dense MLP, each with its own head",
+        ),
+        head_parts=(
+            "model.layers.{n}.enorm.weight",
+            "model.layers.{n}.hnorm.weight",
+            "model.layers.{n}.eh_proj.weight",
+            "model.layers.{n}.shared_head.norm.weight",
+        ),
+        head_output="model.layers.{n}.shared_head.head.weight",
+        chain_hidden=ChainHidden.PRE_NORM,
     ),
     # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_mtp.py. No
     # count key: vLLM loads 1 of the 3 layers released checkpoints hold. The block has SWA

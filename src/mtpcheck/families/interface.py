@@ -28,6 +28,20 @@ class ConcatOrder(str, enum.Enum):
     """Two ``[H, H]`` projections, one per input, summed (DeepSeek-V4 ``e_proj`` / ``h_proj``)."""
 
 
+class ChainHidden(str, enum.Enum):
+    """Which hidden state of MTP depth d a serving engine feeds depth d + 1 (``accept`` with
+    several MTP layers)."""
+
+    POST_NORM = "post-norm"
+    """The block output after the layer's final norm: megatron-core's
+    ``MultiTokenPredictionBlock`` (it trains the chain), transformers' ``MtpModel`` and vLLM's
+    MiMo-V2-Flash MTP."""
+    PRE_NORM = "pre-norm"
+    """The block output before the final norm, which only feeds the output head: vLLM's and
+    SGLang's Step-3.5 MTP (``step3p5_mtp.py`` returns the block output, ``compute_logits``
+    applies ``shared_head.norm``)."""
+
+
 class Drafter(str, enum.Enum):
     """Where a family's draft model ships."""
 
@@ -90,6 +104,11 @@ class MtpFamily:
     head_parts: tuple[str, ...] | None = None
     """The same four templates for ``accept``'s MTP head, where the family has no Megatron
     mapping (else ``megatron_wrapper`` serves)."""
+    head_output: str | None = None
+    """Template of an output head each MTP layer holds for itself (Step's
+    ``shared_head.head``), which serving engines use instead of the main ``lm_head``."""
+    chain_hidden: ChainHidden = ChainHidden.POST_NORM
+    """What depth d passes to depth d + 1 in the engine that serves the family."""
     gated_attention: bool = False
     """Attention with an output gate: HF ``q_proj`` holds ``[q; gate]`` per head (Qwen3-Next)."""
     shared_expert_style: str = "shared_experts"
