@@ -260,7 +260,7 @@ def test_online_draft_then_verify_beside_teacher_forcing(run_cli, workloads, tmp
 @pytest.mark.parametrize(
     ("family", "code", "said"),
     [
-        ("step3p7", 2, "accept does not support Step-3.7 yet: 3 MTP layers with their own heads"),
+        ("mimo_v2_flash", 2, "accept does not support MiMo-V2-Flash yet: its MTP block"),
         ("deepseek_v4", 2, "accept does not support DeepSeek-V4 yet: split e_proj/h_proj"),
         ("gemma4_assistant", 0, "no drafter (this checkpoint is a drafter for a Gemma 4 model"),
     ],

@@ -222,6 +222,45 @@ class AcceptanceResult:
     tokens_per_pass: float
     """Expected tokens per target forward pass, 1 + alpha."""
     temperature: float
+    chain: ChainAcceptance | None = None
+    """Several MTP layers drafting in a chain (k = D): acceptance per depth."""
+
+
+@dataclass(frozen=True)
+class DepthAcceptance:
+    """Depth d of a chain: the share of slots where drafts 1..d are all accepted."""
+
+    depth: int
+    greedy: float
+    greedy_ci_low: float | None
+    greedy_ci_high: float | None
+    alpha: float
+    """Mean over slots of the product of alpha at depths 1..d."""
+    alpha_ci_low: float | None
+    alpha_ci_high: float | None
+    tokens_per_pass: float
+    """Expected tokens per verify pass when drafting d tokens: 1 + alpha of depths 1..d."""
+
+
+@dataclass(frozen=True)
+class ChainAcceptance:
+    """Teacher-forced acceptance of D chained MTP layers (k = D drafts per verify pass).
+
+    At slot t depth j drafts token t+j+1 from depth j-1's state and token t+j; it is scored
+    against the main model's distribution at t+j. Only slots where all D depths can be scored
+    count (``positions``), so every depth is over the same slots.
+    """
+
+    hidden: str
+    """What depth d passes to depth d+1: ``post-norm`` or ``pre-norm``."""
+    positions: int
+    depths: tuple[DepthAcceptance, ...]
+    tokens_per_pass: float
+    """Expected tokens per verify pass with k = D: 1 + sum over depths of alpha."""
+    tokens_per_pass_ci_low: float | None
+    tokens_per_pass_ci_high: float | None
+    greedy_tokens_per_pass: float
+    """The same from greedy verdicts: 1 + the mean number of leading accepted drafts."""
 
 
 @dataclass(frozen=True)
@@ -240,17 +279,24 @@ class OnlineAcceptance:
     prompt_tokens: int
     new_tokens: int
     drafts: int
-    """Verify passes, one draft each."""
+    """Verify passes (each with k drafts)."""
     accepted: int
+    """Drafts at depth 1 accepted."""
     online: float
-    """accepted / drafts."""
+    """accepted / drafts: the depth-1 acceptance."""
     tokens_per_pass: float
-    """Tokens emitted per verify pass: 1 + online (k = 1)."""
+    """Tokens emitted per verify pass: 1 + accepted drafts of all depths / passes."""
     teacher_forced: float
-    """At the drafted positions: the greedy hit rate (T = 0) or mean alpha (T > 0)."""
+    """At the drafted positions: the greedy hit rate (T = 0) or mean alpha (T > 0), depth 1."""
     agreeing: int | None
-    """T = 0: drafts whose online verdict equals the teacher-forced one (None when T > 0,
-    where online verdicts are random draws)."""
+    """T = 0: verify passes whose online verdict (the number of drafts accepted) equals the
+    teacher-forced one (None when T > 0, where online verdicts are random draws)."""
+    k: int = 1
+    """Drafts per verify pass (the chained MTP depths)."""
+    accepted_per_depth: tuple[int, ...] = ()
+    """k > 1: passes whose drafts 1..d were all accepted, for d = 1..k."""
+    teacher_forced_per_depth: tuple[float, ...] = ()
+    """k > 1: the teacher-forced share for the same, at the drafted positions."""
 
 
 @dataclass(frozen=True)

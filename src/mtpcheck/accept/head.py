@@ -18,6 +18,11 @@ RoPE attention only sees position differences, so this equals transformers' t+1 
 Where the config lists a kind per layer (Qwen3-Next's linear or full attention), the block is
 built with the kinds of the main layer it mirrors.
 
+With several MTP layers (Step-3.7 ships 3) depth d+1 takes depth d's hidden state and the
+token after the one depth d drafted; which hidden state (after the layer's final norm or
+before it) is the family's ``chain_hidden``, the rule of the engine that serves it. Each depth
+uses its layer's own output head where the family stores one (``head_output``).
+
 Weights are read with mtpcheck's own checkpoint reader, by the family registry's names, and
 mapped onto the modules' parameters (per-expert MoE tensors are stacked into transformers'
 fused ``gate_up_proj`` / ``down_proj`` when the module is fused). Every tensor of the MTP
@@ -27,16 +32,24 @@ layer must be used and every parameter filled, or the head is refused.
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from mtpcheck.errors import InputError
-from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis
+from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis
 from mtpcheck.model import Checkpoint
 
-SUPPORTED_FAMILIES = ("deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5_text", "qwen3_5")
+SUPPORTED_FAMILIES = (
+    "deepseek_v3",
+    "glm4_moe",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5",
+    "step3p7",
+)
 """Registry keys whose MTP head ``accept`` can compute: each tested on a shipped fixture and
 checked against transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
 
@@ -44,10 +57,11 @@ WHY_NOT: dict[str, str] = {
     "glm_moe_dsa": "its DSA layer has no outside reference (transformers' MtpModel cannot run "
     "'indexed_attention' layers)",
     "mimo": "transformers has no MiMo class (the checkpoints ship remote code)",
-    "mimo_v2_flash": "3 MTP layers: per-depth acceptance is not built yet",
-    "step3p5": "3 MTP layers with their own heads: per-depth acceptance is not built yet",
-    "step3p7": "3 MTP layers with their own heads: per-depth acceptance is not built yet "
-    "(transformers' MtpModel drops the per-layer head vLLM uses)",
+    "mimo_v2_flash": "its MTP block (sliding-window attention with its own head counts, "
+    "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot be built "
+    "for it (no num_mtp_layers in its config), so there is no outside reference",
+    "step3p5": "Step-3.5 releases ship remote code only (model_type step3p5 without a "
+    "transformers class for the checkpoint's transformer.* names)",
     "deepseek_v4": "split e_proj/h_proj projections over hyper-connection streams are not "
     "built yet",
     "qwen4_exp": "split projections over hyper-connection streams are not built yet",
@@ -85,6 +99,9 @@ class HeadLayout:
     mirrors: int | None = None
     """The main decoder layer the MTP block mirrors (its attention and MLP kinds are the
     block's, for models whose config lists a kind per layer)."""
+    depth: int = 0
+    """0-based MTP depth (the config's ``mtp_layer_types[depth]`` names the block's kinds)."""
+    chain_hidden: ChainHidden = ChainHidden.POST_NORM
 
 
 def _fill(template: str, i: int, base: int) -> str:
@@ -97,11 +114,15 @@ def supported_names() -> str:
     return ", ".join(FAMILY_BY_NAME[k].display for k in SUPPORTED_FAMILIES)
 
 
-def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
-    """The layout of MTP layer 0, or why the checkpoint has no drafter.
+def drafter_layouts(
+    ckpt: Checkpoint, analysis: MtpAnalysis, chain: ChainHidden | None = None
+) -> tuple[HeadLayout, ...] | str:
+    """The layouts of MTP layers 0, 1, ... (as deep as they are complete), or why the
+    checkpoint has no drafter.
 
-    A checkpoint without a complete MTP layer has no drafter (a string says why); one whose
-    family ``accept`` cannot run raises :class:`InputError`.
+    A checkpoint without a complete MTP layer 0 has no drafter (a string says why); one whose
+    family ``accept`` cannot run raises :class:`InputError`. ``chain`` overrides the family's
+    rule for what depth d passes to depth d+1.
     """
     present = [layer for layer in analysis.layers if layer.present]
     family = analysis.family
@@ -128,31 +149,44 @@ def drafter_layout(ckpt: Checkpoint, analysis: MtpAnalysis) -> HeadLayout | str:
             + (f": {why}" if why else "")
             + f" (supported: {supported_names()})",
         )
-    for name in first.present:
-        dtype = ckpt.tensors[name].dtype
-        if dtype not in _FLOAT_DTYPES and not name.endswith("e_score_correction_bias"):
-            raise InputError(
-                ckpt.path,
-                f"{name} is {dtype}: accept supports BF16/F16/F32 MTP weights only "
-                "(quantised MTP layers not yet)",
-            )
+    complete = {layer.index for layer in present if not layer.missing}
+    depths = 0
+    while depths in complete:
+        depths += 1
     base = analysis.num_hidden_layers or 0
-    enorm, hnorm, projection, final_norm = (_fill(t, 0, base) for t in parts)
-    copies = {c.main: _fill(c.template, 0, base) for c in family.copies}
-    embed = copies.get(_MAIN_EMBED)
-    head = copies.get(_MAIN_HEAD)
-    return HeadLayout(
-        family=family.key,
-        prefix=_fill(family.layer_prefix, 0, base),
-        enorm=enorm,
-        hnorm=hnorm,
-        projection=projection,
-        final_norm=final_norm,
-        embed=embed if embed in ckpt.tensors else None,
-        head=head if head in ckpt.tensors else None,
-        hidden_first=family.concat_order is ConcatOrder.HIDDEN_FIRST,
-        mirrors=_layer_number(analysis.reference_layers.get(0)),
-    )
+    layouts = []
+    for i in range(depths):
+        layer = next(layer for layer in present if layer.index == i)
+        for name in layer.present:
+            dtype = ckpt.tensors[name].dtype
+            if dtype not in _FLOAT_DTYPES and not name.endswith("e_score_correction_bias"):
+                raise InputError(
+                    ckpt.path,
+                    f"{name} is {dtype}: accept supports BF16/F16/F32 MTP weights only "
+                    "(quantised MTP layers not yet)",
+                )
+        enorm, hnorm, projection, final_norm = (_fill(t, i, base) for t in parts)
+        copies = {c.main: _fill(c.template, i, base) for c in family.copies}
+        embed = copies.get(_MAIN_EMBED)
+        head = _fill(family.head_output, i, base) if family.head_output else None
+        head = head or copies.get(_MAIN_HEAD)
+        layouts.append(
+            HeadLayout(
+                family=family.key,
+                prefix=_fill(family.layer_prefix, i, base),
+                enorm=enorm,
+                hnorm=hnorm,
+                projection=projection,
+                final_norm=final_norm,
+                embed=embed if embed in ckpt.tensors else None,
+                head=head if head in ckpt.tensors else None,
+                hidden_first=family.concat_order is ConcatOrder.HIDDEN_FIRST,
+                mirrors=_layer_number(analysis.reference_layers.get(i)),
+                depth=i,
+                chain_hidden=chain or family.chain_hidden,
+            )
+        )
+    return tuple(layouts)
 
 
 def _layer_number(prefix: str | None) -> int | None:
@@ -176,10 +210,18 @@ def read_tensor(ckpt: Checkpoint, name: str) -> torch.Tensor:
     return flat.view(dtype).reshape(meta.shape)
 
 
-def causal_mask(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive ``[1, 1, L, L]`` causal mask: 0 on and below the diagonal."""
+def causal_mask(
+    length: int, dtype: torch.dtype, device: torch.device, window: int | None = None
+) -> torch.Tensor:
+    """Additive ``[1, 1, L, L]`` causal mask: 0 on and below the diagonal; with a sliding
+    ``window``, only the last ``window`` positions (the query's own included) are seen, as
+    transformers' ``sliding_window_overlay`` has it."""
     mask = torch.full((length, length), torch.finfo(dtype).min, dtype=dtype, device=device)
-    return mask.triu(1)[None, None]
+    mask = mask.triu(1)
+    if window is not None:
+        mask = mask + torch.full_like(mask, torch.finfo(dtype).min).tril(-window)
+        mask = mask.clamp(min=torch.finfo(dtype).min)
+    return mask[None, None]
 
 
 class MtpHead(torch.nn.Module):
@@ -196,8 +238,14 @@ class MtpHead(torch.nn.Module):
         head: torch.nn.Module,
         rotary: torch.nn.Module | None,
         hidden_first: bool,
+        window: int | None = None,
+        layer_type: str | None = None,
     ) -> None:
         super().__init__()
+        self.window = window
+        """Sliding-attention window of the block, None for full attention."""
+        self.layer_type = layer_type
+        """Passed to rotary embeddings that keep parameters per layer kind (Step-3.7)."""
         self.enorm = enorm
         self.hnorm = hnorm
         self.eh_proj = projection
@@ -210,21 +258,70 @@ class MtpHead(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """``hidden[:, t]`` and ``next_ids[:, t]`` (token t+1) -> logits for token t+2."""
+        return self.head(self.final_norm(self.block_output(hidden, next_ids)))
+
+    def block_output(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+        """The decoder block's output, before the final norm."""
         e = self.enorm(self.embed(next_ids).to(hidden.dtype))
         h = self.hnorm(hidden)
         x = self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
         length = x.shape[1]
         positions = torch.arange(length, device=x.device)[None].expand(x.shape[0], -1)
-        rope = self.rotary(x, positions) if self.rotary is not None else None
+        rope = None
+        if self.rotary is not None:
+            kinds = {"layer_type": self.layer_type} if self.layer_type else {}
+            rope = self.rotary(x, positions, **kinds)
         out = self.block(
             x,
-            attention_mask=causal_mask(length, x.dtype, x.device),
+            attention_mask=causal_mask(length, x.dtype, x.device, self.window),
             position_ids=positions,
             position_embeddings=rope,
         )
         if isinstance(out, tuple):  # older transformers decoder layers return tuples
             out = out[0]
-        return self.head(self.final_norm(out))
+        return out
+
+
+class MtpChain(torch.nn.Module):
+    """The MTP layers of a checkpoint, depth 1 to D, chained as its serving engine does.
+
+    Teacher-forced over a sequence ``x_0..x_{L-1}`` with main hidden states ``h``: depth j
+    (1-based) at slot t takes the state depth j-1 left at slot t (``h_t`` for j = 1) and
+    token ``x_{t+j}``, and drafts token ``x_{t+j+1}``; it has slots ``0..L-1-j``.
+    """
+
+    def __init__(self, heads: list[MtpHead], chain_hidden: ChainHidden) -> None:
+        super().__init__()
+        self.heads = torch.nn.ModuleList(heads)
+        self.chain_hidden = chain_hidden
+
+    @property
+    def depths(self) -> int:
+        return len(self.heads)
+
+    def step(
+        self, depth: int, state: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One depth (1-based): (logits, the state depth + 1 takes) at every slot given."""
+        head = self.heads[depth - 1]
+        out = head.block_output(state, tokens)
+        normed = head.final_norm(out)
+        passed = normed if self.chain_hidden is ChainHidden.POST_NORM else out
+        return head.head(normed), passed
+
+    def forward(
+        self, hidden: torch.Tensor, ids: torch.Tensor, depths: int | None = None
+    ) -> list[torch.Tensor]:
+        """Logits of depths 1..``depths`` (all by default); depth j's has ``L - j`` slots."""
+        length = ids.shape[1]
+        state = hidden
+        logits = []
+        for j in range(1, (depths or self.depths) + 1):
+            if length - j < 1:
+                break
+            q, state = self.step(j, state[:, : length - j], ids[:, j:])
+            logits.append(q)
+        return logits
 
 
 def _block_state(
@@ -289,9 +386,12 @@ def build_head(
     block_names = [n for n in ckpt.tensors if n.startswith(layout.prefix) and n not in skip]
     moe = any(".experts." in n or ".mlp.gate.weight" in n for n in block_names)
     k = layout.mirrors
-    for kinds in ("layer_types", "mlp_layer_types"):  # per-layer kinds: the mirrored layer's
-        listed = getattr(config, kinds, None)
-        if isinstance(listed, list | tuple) and k is not None and k < len(listed):
+    for kinds in ("layer_types", "mlp_layer_types"):  # per-layer kinds: the MTP layer's own
+        listed = getattr(config, kinds, None)  # where the config lists them, else the mirrored
+        own = getattr(config, f"mtp_{kinds}", None)  # main layer's
+        if isinstance(own, list | tuple) and layout.depth < len(own):
+            setattr(config, kinds, [own[layout.depth]])
+        elif isinstance(listed, list | tuple) and k is not None and k < len(listed):
             setattr(config, kinds, [listed[k]])
     config.num_hidden_layers = 1
     if hasattr(config, "first_k_dense_replace"):
@@ -335,6 +435,11 @@ def build_head(
         head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
         head.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
 
+    rotary = getattr(decoder, "rotary_emb", None)
+    kinds = getattr(config, "layer_types", None)
+    kind = kinds[0] if isinstance(kinds, list | tuple) and kinds else None
+    per_kind = rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters
+    sliding = kind == "sliding_attention"
     module = MtpHead(
         enorm=norm(layout.enorm),
         hnorm=norm(layout.hnorm),
@@ -343,8 +448,10 @@ def build_head(
         final_norm=norm(layout.final_norm),
         embed=embed,
         head=head,
-        rotary=getattr(decoder, "rotary_emb", None),
+        rotary=rotary,
         hidden_first=layout.hidden_first,
+        window=int(config.sliding_window) if sliding and config.sliding_window else None,
+        layer_type=kind if per_kind else None,
     )
     left = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
     if left:

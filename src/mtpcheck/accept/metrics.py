@@ -172,3 +172,57 @@ def paired_difference(
         bounds=(-1.0, 1.0),
     )
     return greedy, alpha
+
+
+@dataclass(frozen=True)
+class ChainCounts:
+    """Counters of one sequence for a chain of D drafts, over the slots where all D depths
+    can be scored: per depth d, the slots whose drafts 1..d all hit (greedy) and the sum of
+    the product of alpha over depths 1..d."""
+
+    positions: int
+    greedy_hits: tuple[int, ...]
+    alpha_sums: tuple[float, ...]
+
+
+def chain_counts(
+    positions: int, hits: Sequence[torch.Tensor], alphas: Sequence[torch.Tensor]
+) -> ChainCounts:
+    """Cumulative counters from per-depth verdicts; depth j's tensors start at slot 0 and only
+    their first ``positions`` slots are used."""
+    if positions <= 0:
+        return ChainCounts(0, (0,) * len(hits), (0.0,) * len(hits))
+    all_hit = torch.ones(positions, dtype=torch.bool)
+    product = torch.ones(positions, dtype=torch.float64)
+    greedy, alpha = [], []
+    for h, a in zip(hits, alphas, strict=True):
+        all_hit = all_hit & h[:positions].to(torch.bool)
+        product = product * a[:positions].to(torch.float64)
+        greedy.append(int(all_hit.sum()))
+        alpha.append(float(product.sum()))
+    return ChainCounts(positions, tuple(greedy), tuple(alpha))
+
+
+def chain_rates(counts: Sequence[ChainCounts]) -> list[tuple[Estimate, Estimate]]:
+    """Per depth: (greedy, alpha) shares of slots with drafts 1..d all accepted."""
+    depths = len(counts[0].greedy_hits) if counts else 0
+    n = [c.positions for c in counts]
+    return [
+        (
+            ratio_estimate([c.greedy_hits[d] for c in counts], n),
+            ratio_estimate([c.alpha_sums[d] for c in counts], n),
+        )
+        for d in range(depths)
+    ]
+
+
+def chain_tokens_per_pass(counts: Sequence[ChainCounts], greedy: bool) -> Estimate:
+    """Expected tokens per verify pass with k = D: 1 + the expected accepted drafts."""
+    depths = len(counts[0].greedy_hits) if counts else 0
+    accepted = [sum(c.greedy_hits) if greedy else sum(c.alpha_sums) for c in counts]
+    n = [c.positions for c in counts]
+    return ratio_estimate(
+        [c.positions + a for c, a in zip(counts, accepted, strict=True)],
+        n,
+        bounds=(1.0, 1.0 + depths),
+    )

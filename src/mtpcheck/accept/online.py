@@ -1,23 +1,27 @@
-"""``accept --online``: a real draft-then-verify speculative decoding loop (k = 1).
+"""``accept --online``: a real draft-then-verify speculative decoding loop.
 
-The MTP head drafts one token, the main model verifies it, exactly as a serving engine's MTP
-speculative decoding does; what the loop accepts online is reported beside the teacher-forced
-figure at the very positions it drafted (tests: the two agree position by position, greedy).
+The MTP layers draft k tokens (k = 1 for one MTP layer; a chain of D layers drafts D), the main
+model verifies them in one pass, exactly as a serving engine's MTP speculative decoding does;
+what the loop accepts online is reported beside the teacher-forced figure at the very
+positions it drafted (tests: the two agree pass by pass, greedy).
 
 Each step, for every sequence with tokens ``x_0..x_m``:
 
-1. MTP head over slots ``0..m-1`` (slot t: ``h_t`` and ``x_{t+1}``; the hidden states come
-   from the previous verify pass, where they belonged to verified tokens) -> draft ``d`` for
-   position ``m+1`` from slot ``m-1`` (greedy: argmax q; sampling: d ~ q);
-2. main model over ``x_0..x_m, d`` -> p at ``m`` (verifies d) and at ``m+1`` (bonus token),
-   and the hidden states for the next step;
-3. greedy: accept iff ``argmax p_m == d``; sampling: accept with ``min(1, p(d) / q(d))``, on
-   rejection sample from ``norm(max(p - q, 0))``. An accepted draft is followed by the bonus
-   token from ``p_{m+1}``.
+1. depth 1 over slots ``0..m-1`` (slot t: ``h_t`` and ``x_{t+1}``; the hidden states come
+   from the previous verify pass, where they belonged to verified tokens) -> draft ``d_1`` for
+   position ``m+1`` from slot ``m-1`` (greedy: argmax q; sampling: d ~ q); depth j > 1 over
+   the same slots takes depth j-1's states and the tokens shifted by j, ending in
+   ``d_1..d_{j-1}``, and drafts ``d_j`` from slot ``m-1``;
+2. main model over ``x_0..x_m, d_1..d_k`` -> p at ``m..m+k``;
+3. drafts are checked in order: greedy, ``d_j`` is accepted iff it is argmax of p at
+   ``m+j-1``; sampling, with ``min(1, p(d_j) / q_j(d_j))``, and on the first rejection the
+   token is drawn from ``norm(max(p - q_j, 0))``. The first rejected draft is replaced by the
+   main model's token; when all k are accepted the bonus token from p at ``m+k`` follows.
 
 Sequences run as one right-padded batch: attention is causal and MoE routing is per token, so
-padding after a sequence cannot change its positions. The main model and head are recomputed
-over the whole prefix every step (no KV caches), which is slow but has nothing to get wrong.
+padding after a sequence cannot change its positions. The main model and MTP layers are
+recomputed over the whole prefix every step (no KV caches), which is slow but has nothing to
+get wrong: every depth sees its own states at every earlier slot, as in training.
 """
 
 from __future__ import annotations
@@ -38,16 +42,23 @@ if TYPE_CHECKING:
 class Draft:
     sequence: int
     slot: int
-    """Teacher-forced slot t: the draft used h_t and x_{t+1} to propose x_{t+2}."""
+    """Teacher-forced slot t: depth 1 used h_t and x_{t+1} to propose x_{t+2} (depth j
+    proposed x_{t+j+1})."""
     accepted: bool
+    """Depth 1's draft was accepted."""
     alpha: float
-    """sum_v min(p(v), q(v)) at the verify step (sampling) or the greedy hit (greedy)."""
+    """Depth 1: sum_v min(p(v), q(v)) at the verify step (sampling) or the greedy hit."""
+    depth_accepted: int = 0
+    """Drafts accepted in this verify pass (the leading ones, 0..k)."""
+    alphas: tuple[float, ...] = ()
+    """Per depth, up to the first rejected one: alpha (sampling) or the greedy hit."""
 
 
 @dataclass
 class Decoded:
     sequences: list[list[int]]
     drafts: list[Draft] = field(default_factory=list)
+    k: int = 1
 
     def online_rate(self) -> float:
         return sum(d.accepted for d in self.drafts) / len(self.drafts)
@@ -67,12 +78,14 @@ def speculative_decode(
     seed: int = 0,
     pad: int = 0,
 ) -> Decoded:
-    """Generate ``new_tokens`` or more tokens after each prompt (k = 1 drafts)."""
+    """Generate ``new_tokens`` or more tokens after each prompt, k drafts a verify pass
+    (k = the drafter's chained MTP depths)."""
     gen = torch.Generator().manual_seed(seed)
     seqs = [list(p) for p in prompts]
     targets = [len(p) + new_tokens for p in prompts]
-    out = Decoded(seqs)
-    model, head = drafter.model, drafter.head
+    k = drafter.chain.depths
+    out = Decoded(seqs, k=k)
+    model, chain = drafter.model, drafter.chain
 
     def sample(probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=gen))
@@ -95,34 +108,47 @@ def speculative_decode(
         if not active:
             return out
         rows = [seqs[b] for b in active]
-        ids = _padded(rows, pad).to(dev)
-        width = ids.shape[1] - 1
-        h = torch.zeros(len(rows), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
+        width = max(len(s) for s in rows) - 1  # slots 0..m-1 of the longest row
+        state = torch.zeros(len(rows), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
         for i, b in enumerate(active):
-            h[i, : len(states[b])] = states[b]
-        q_logits = head(h, ids[:, 1:])
-        drafts = [pick(q_logits[i, len(s) - 2]) for i, s in enumerate(rows)]  # slot m-1
-        verify = _padded([s + [d] for s, d in zip(rows, drafts, strict=True)], pad).to(dev)
+            state[i, : len(states[b])] = states[b]
+        extended = [list(s) for s in rows]  # x_0..x_m, then the drafts so far
+        q_last: list[list[torch.Tensor]] = [[] for _ in rows]
+        for j in range(1, k + 1):
+            tokens = _padded(
+                [e[j : j + len(s) - 1] for e, s in zip(extended, rows, strict=True)], pad
+            )
+            q, state = chain.step(j, state, tokens.to(dev))
+            for i, s in enumerate(rows):
+                q_last[i].append(q[i, len(s) - 2])  # slot m-1
+                extended[i].append(pick(q_last[i][-1]))
+        verify = _padded(extended, pad).to(dev)
         hidden, logits = hidden_and_logits(model, verify)
-        for i, (b, s, d) in enumerate(zip(active, rows, drafts, strict=True)):
+        for i, (b, s) in enumerate(zip(active, rows, strict=True)):
             m = len(s) - 1
-            p_logits, q = logits[i, m], q_logits[i, m - 1]
-            if temperature == 0:
-                accepted = int(p_logits.argmax()) == d
-                alpha = float(accepted)
-                correction = int(p_logits.argmax())
-            else:
-                p = distributions(p_logits, temperature)
-                qp = distributions(q, temperature)
-                alpha = float(torch.minimum(p, qp).sum())
-                ratio = min(1.0, float(p[d] / qp[d]))
-                accepted = float(torch.rand((), generator=gen, dtype=torch.float64)) < ratio
-                residual = (p - qp).clamp(min=0)
-                correction = sample(residual / residual.sum()) if not accepted else -1
-            out.drafts.append(Draft(b, m - 1, accepted, alpha))
-            if accepted:  # h_0..h_{m+1} are now verified
-                s.extend([d, pick(logits[i, m + 1])])
-                states[b] = hidden[i, : m + 2]
-            else:  # the draft at m+1 is discarded; h_0..h_m stay valid
-                s.append(correction)
-                states[b] = hidden[i, : m + 1]
+            drafts = extended[i][m + 1 :]
+            alphas: list[float] = []
+            next_token = -1
+            for j, d in enumerate(drafts, start=1):
+                p_logits, q = logits[i, m + j - 1], q_last[i][j - 1]
+                if temperature == 0:
+                    accepted = int(p_logits.argmax()) == d
+                    alphas.append(float(accepted))
+                    correction = int(p_logits.argmax())
+                else:
+                    p = distributions(p_logits, temperature)
+                    qp = distributions(q, temperature)
+                    alphas.append(float(torch.minimum(p, qp).sum()))
+                    ratio = min(1.0, float(p[d] / qp[d]))
+                    accepted = float(torch.rand((), generator=gen, dtype=torch.float64)) < ratio
+                    residual = (p - qp).clamp(min=0)
+                    correction = sample(residual / residual.sum()) if not accepted else -1
+                if not accepted:
+                    next_token = correction
+                    break
+            taken = len(alphas) - (next_token >= 0)
+            if next_token < 0:  # all k accepted: the bonus token
+                next_token = pick(logits[i, m + k])
+            out.drafts.append(Draft(b, m - 1, taken >= 1, alphas[0], taken, tuple(alphas)))
+            s.extend([*drafts[:taken], next_token])
+            states[b] = hidden[i, : m + taken + 1]  # h_0..h_{m+taken}: verified tokens

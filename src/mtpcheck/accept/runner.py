@@ -18,28 +18,35 @@ import torch
 
 from mtpcheck.accept.head import (
     HeadLayout,
+    MtpChain,
     MtpHead,
     build_head,
-    drafter_layout,
+    drafter_layouts,
     hidden_and_logits,
 )
 from mtpcheck.accept.metrics import (
+    ChainCounts,
     SequenceCounts,
     alpha_per_position,
     alpha_rate,
+    chain_counts,
+    chain_rates,
+    chain_tokens_per_pass,
     greedy_hits,
     greedy_rate,
     paired_difference,
 )
 from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
 from mtpcheck.errors import InputError, MtpcheckError
-from mtpcheck.families import analyse, summarise
+from mtpcheck.families import ChainHidden, analyse, summarise
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
+    ChainAcceptance,
     Checkpoint,
     CheckResult,
+    DepthAcceptance,
     Finding,
     OnlineAcceptance,
     Report,
@@ -67,15 +74,25 @@ class AcceptOptions:
     """Also run real draft-then-verify decoding (``accept --online``)."""
     prompt_tokens: int = 9
     new_tokens: int = 40
+    depths: int | None = None
+    """Chain at most this many MTP layers (k); all the checkpoint holds by default."""
+    chain: str | None = None
+    """Override the family's rule for what depth d passes to depth d+1 (a
+    :class:`ChainHidden` value: ``post-norm`` or ``pre-norm``)."""
 
 
 @dataclass(frozen=True)
 class Drafter:
-    """A loaded main model and its MTP head, ready to score sequences."""
+    """A loaded main model and its MTP layers, ready to score sequences."""
 
     model: Any
-    head: MtpHead
+    chain: MtpChain
     device: torch.device
+
+    @property
+    def head(self) -> MtpHead:
+        """Depth 1: the MTP layer every family has."""
+        return self.chain.heads[0]  # type: ignore[return-value]
 
 
 def model_directory(ckpt: Checkpoint) -> Path:
@@ -109,17 +126,21 @@ def resolve_dtype(dtype: str, device: torch.device, config: Any) -> torch.dtype:
 
 
 def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -> Any:
-    """The main model through its transformers class (MTP tensors are left out by it)."""
-    from transformers import AutoModelForCausalLM
+    """The main model through its transformers class (MTP tensors are left out by it): the
+    causal-LM class, or for a vision-language model without one (Step-3.7) its
+    image-text-to-text class, whose language model is the same decoder."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.utils import logging as hf_logging
 
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(directory), dtype=dtype, local_files_only=True
-        )
+        config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+        auto = AutoModelForCausalLM
+        if type(config) not in auto._model_mapping:
+            auto = AutoModelForImageTextToText
+        model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
     except Exception as e:  # transformers raises many types for a model it cannot build
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(directory, f"transformers cannot load the main model: {reason}") from e
@@ -135,10 +156,11 @@ MAX_BATCH = 64
 
 
 @torch.no_grad()
-def score_batch(
+def score_depths(
     drafter: Drafter, batch: Sequence[Sequence[int]], temperature: float
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per sequence, per position t in 0..L-2: (greedy hit, alpha) of the draft for token t+2.
+) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per sequence, per depth j = 1..D, per slot t in 0..L-1-j: (greedy hit, alpha) of depth
+    j's draft for token t+j+1, scored against the main model's distribution at t+j.
 
     Sequences are right-padded into one forward pass: attention is causal and MoE routing is
     per token, so padding after a sequence never reaches its positions.
@@ -147,13 +169,24 @@ def score_batch(
     rows = [list(ids) + [0] * (width - len(ids)) for ids in batch]
     x = torch.tensor(rows, dtype=torch.long, device=drafter.device)
     hidden, logits = hidden_and_logits(drafter.model, x)
-    q_logits = drafter.head(hidden[:, :-1], x[:, 1:])
+    per_depth = drafter.chain(hidden, x)
     scores = []
     for i, ids in enumerate(batch):
-        n = len(ids) - 1
-        p, q = logits[i, 1 : n + 1], q_logits[i, :n]
-        scores.append((greedy_hits(p, q).cpu(), alpha_per_position(p, q, temperature).cpu()))
+        row = []
+        for j, q_logits in enumerate(per_depth, start=1):
+            n = max(0, len(ids) - j)
+            p, q = logits[i, j : j + n], q_logits[i, :n]
+            row.append((greedy_hits(p, q).cpu(), alpha_per_position(p, q, temperature).cpu()))
+        scores.append(row)
     return scores
+
+
+def score_batch(
+    drafter: Drafter, batch: Sequence[Sequence[int]], temperature: float
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sequence, per position t in 0..L-2: (greedy hit, alpha) of the draft for token t+2
+    (depth 1)."""
+    return [row[0] for row in score_depths(drafter, batch, temperature)]
 
 
 def score_sequence(
@@ -189,24 +222,32 @@ def measure(
     workload: Workload,
     temperature: float,
     ticker: Ticker | None = None,
-) -> list[SequenceCounts]:
-    """Counters per sequence; all zeros without a drafter. ``ticker`` counts the positions
-    scored."""
+) -> tuple[list[SequenceCounts], list[ChainCounts]]:
+    """Counters per sequence (depth 1), and for a chain of D > 1 layers the chain's; all
+    zeros without a drafter. ``ticker`` counts the positions scored."""
     counts = [SequenceCounts(max(0, len(ids) - 1), 0, 0.0) for ids in workload.sequences]
+    chained: list[ChainCounts] = []
     if drafter is None:
-        return counts
+        return counts, chained
+    depths = drafter.chain.depths
+    nothing = [torch.empty(0)] * depths
+    chained = [chain_counts(0, nothing, nothing)] * len(counts)
     vocab = int(drafter.model.get_output_embeddings().weight.shape[0])
     for group in batches(workload.sequences, vocab):
-        scores = score_batch(drafter, [workload.sequences[i] for i in group], temperature)
-        for index, (hits, alpha) in zip(group, scores, strict=True):
+        scores = score_depths(drafter, [workload.sequences[i] for i in group], temperature)
+        for index, row in zip(group, scores, strict=True):
+            hits, alpha = row[0]
             counts[index] = SequenceCounts(
                 counts[index].positions, int(hits.sum()), float(alpha.sum())
             )
+            if depths > 1:
+                slots = max(0, len(workload.sequences[index]) - depths)
+                chained[index] = chain_counts(slots, [h for h, _ in row], [a for _, a in row])
         if ticker is not None:
             ticker.advance(sum(counts[i].positions for i in group), f"sequence {group[-1] + 1}")
     if ticker is not None:
         ticker.finish(f"{len(counts)} sequences")
-    return counts
+    return counts, chained if depths > 1 else []
 
 
 def measure_online(
@@ -223,30 +264,76 @@ def measure_online(
             f"workload {workload.name}: no sequence has the {options.prompt_tokens} prompt "
             "tokens --online starts from"
         )
-    decoded = speculative_decode(drafter, prompts, options.new_tokens, options.temperature)
-    scored = score_batch(drafter, decoded.sequences, options.temperature)
-    hits = [bool(scored[d.sequence][0][d.slot]) for d in decoded.drafts]
-    alphas = [float(scored[d.sequence][1][d.slot]) for d in decoded.drafts]
-    drafts = len(decoded.drafts)
+    temperature = options.temperature
+    decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
+    scored = score_depths(drafter, decoded.sequences, temperature)
+    k, passes = decoded.k, len(decoded.drafts)
+    greedy = temperature == 0
+    leading: list[int] = []  # teacher-forced: drafts 1..j all hit, per pass
+    shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
+    for d in decoded.drafts:
+        run, product = 0, 1.0
+        for j in range(k):
+            hits, alphas = scored[d.sequence][j]
+            if d.slot >= len(hits):  # past the generated text: nothing left to score
+                break
+            product *= float(alphas[d.slot])
+            run += int(run == j and bool(hits[d.slot]))
+            shares[j][0] += float(run > j) if greedy else product
+            shares[j][1] += 1
+        leading.append(run)
     accepted = sum(d.accepted for d in decoded.drafts)
-    greedy = options.temperature == 0
+    drafted = sum(d.depth_accepted for d in decoded.drafts)
+    per_depth = tuple(sum(d.depth_accepted > j for d in decoded.drafts) for j in range(k))
     return OnlineAcceptance(
         checkpoint=label,
         workload=workload.name,
-        temperature=options.temperature,
+        temperature=temperature,
         sequences=len(prompts),
         prompt_tokens=options.prompt_tokens,
         new_tokens=options.new_tokens,
-        drafts=drafts,
+        drafts=passes,
         accepted=accepted,
-        online=accepted / drafts if drafts else 0.0,
-        tokens_per_pass=1 + (accepted / drafts if drafts else 0.0),
-        teacher_forced=(sum(hits) if greedy else sum(alphas)) / drafts if drafts else 0.0,
+        online=accepted / passes if passes else 0.0,
+        tokens_per_pass=1 + (drafted / passes if passes else 0.0),
+        teacher_forced=shares[0][0] / shares[0][1] if shares[0][1] else 0.0,
         agreeing=(
-            sum(h == d.accepted for h, d in zip(hits, decoded.drafts, strict=True))
+            sum(t == d.depth_accepted for t, d in zip(leading, decoded.drafts, strict=True))
             if greedy
             else None
         ),
+        k=k,
+        accepted_per_depth=per_depth if k > 1 else (),
+        teacher_forced_per_depth=(
+            tuple(total / n if n else 0.0 for total, n in shares) if k > 1 else ()
+        ),
+    )
+
+
+def chain_result(chained: Sequence[ChainCounts], hidden: ChainHidden) -> ChainAcceptance:
+    rates = chain_rates(chained)
+    depths = tuple(
+        DepthAcceptance(
+            d,
+            g.value,
+            g.low,
+            g.high,
+            a.value,
+            a.low,
+            a.high,
+            1 + sum(r.value for _, r in rates[:d]),
+        )
+        for d, (g, a) in enumerate(rates, start=1)
+    )
+    tokens = chain_tokens_per_pass(chained, greedy=False)
+    return ChainAcceptance(
+        hidden=hidden.value,
+        positions=sum(c.positions for c in chained),
+        depths=depths,
+        tokens_per_pass=tokens.value,
+        tokens_per_pass_ci_low=tokens.low,
+        tokens_per_pass_ci_high=tokens.high,
+        greedy_tokens_per_pass=chain_tokens_per_pass(chained, greedy=True).value,
     )
 
 
@@ -256,6 +343,7 @@ def result(
     counts: list[SequenceCounts],
     temperature: float,
     note: str,
+    chain: ChainAcceptance | None = None,
 ) -> AcceptanceResult:
     greedy, alpha = greedy_rate(counts), alpha_rate(counts)
     return AcceptanceResult(
@@ -274,6 +362,7 @@ def result(
         alpha_ci_high=alpha.high,
         tokens_per_pass=1.0 + alpha.value,
         temperature=temperature,
+        chain=chain,
     )
 
 
@@ -284,10 +373,19 @@ def _interval(low: float | None, high: float | None) -> str:
 def describe(r: AcceptanceResult) -> str:
     if not r.drafter:
         return f"no drafter ({r.note}): acceptance 0, 1.00 tokens per pass"
+    chained = ""
+    if r.chain is not None:
+        c = r.chain
+        chained = (
+            f"; {len(c.depths)} MTP layers chained ({c.hidden}): all {len(c.depths)} drafts "
+            f"accepted {c.depths[-1].alpha:.3f}, "
+            f"{c.tokens_per_pass:.2f}"
+            f"{_interval(c.tokens_per_pass_ci_low, c.tokens_per_pass_ci_high)} tokens per pass"
+        )
     return (
         f"greedy {r.greedy:.3f}{_interval(r.greedy_ci_low, r.greedy_ci_high)}, "
         f"alpha {r.alpha:.3f}{_interval(r.alpha_ci_low, r.alpha_ci_high)} at T={r.temperature:g}, "
-        f"{r.tokens_per_pass:.2f} tokens per pass; {r.positions} positions in "
+        f"{r.tokens_per_pass:.2f} tokens per pass{chained}; {r.positions} positions in "
         f"{r.sequences} sequences (95% CI over sequences)"
     )
 
@@ -324,22 +422,36 @@ def _finding(
 
 
 def load_drafter(
-    ckpt: Checkpoint, layout: HeadLayout, device: torch.device, dtype: str = "auto"
+    ckpt: Checkpoint,
+    layouts: Sequence[HeadLayout],
+    device: torch.device,
+    dtype: str = "auto",
+    depths: int | None = None,
 ) -> Drafter:
-    """Load the main model through transformers and build its MTP head."""
+    """Load the main model through transformers and build its MTP layers (the first
+    ``depths`` of them; all by default)."""
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)
     model = load_main_model(directory, torch_dtype, device)
-    return Drafter(model, build_head(model, ckpt, layout, torch_dtype, device), device)
+    used = layouts[: depths or len(layouts)]
+    heads = [build_head(model, ckpt, layout, torch_dtype, device) for layout in used]
+    return Drafter(model, MtpChain(heads, used[0].chain_hidden), device)
 
 
-def open_drafter(path: Path, device: str = "cpu", dtype: str = "auto") -> Drafter | str:
+def open_drafter(
+    path: Path,
+    device: str = "cpu",
+    dtype: str = "auto",
+    depths: int | None = None,
+    chain: ChainHidden | None = None,
+) -> Drafter | str:
     """The drafter of the checkpoint at ``path``, or why it has none."""
     ckpt = open_checkpoint(path)
-    layout = drafter_layout(ckpt, analyse(ckpt.config, ckpt.tensors, ckpt.config_path))
-    if isinstance(layout, str):
-        return layout
-    return load_drafter(ckpt, layout, resolve_device(device), dtype)
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    layouts = drafter_layouts(ckpt, analysis, chain)
+    if isinstance(layouts, str):
+        return layouts
+    return load_drafter(ckpt, layouts, resolve_device(device), dtype, depths)
 
 
 def _check_vocab(workload: Workload, ckpt: Checkpoint) -> None:
@@ -364,7 +476,8 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
     ckpts = [open_checkpoint(p, options.trust_pickle) for p in paths]
     analyses = [analyse(c.config, c.tensors, c.config_path) for c in ckpts]
     directories = [model_directory(c) for c in ckpts]
-    layouts = [drafter_layout(c, a) for c, a in zip(ckpts, analyses, strict=True)]
+    chain = ChainHidden(options.chain) if options.chain else None
+    layouts = [drafter_layouts(c, a, chain) for c, a in zip(ckpts, analyses, strict=True)]
 
     tokenizer = load_tokenizer(options.tokenizer or directories[0])
     workloads = [
@@ -383,9 +496,15 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         drafter = None
         if not isinstance(layout, str):
             started = time.monotonic()
-            drafter = load_drafter(ckpt, layout, device, options.dtype)
+            drafter = load_drafter(ckpt, layout, device, options.dtype, options.depths)
             seconds = time.monotonic() - started
-            log(f"{label}{ckpt.path}: model and MTP head loaded in {seconds:.1f} s")
+            depths = drafter.chain.depths
+            chained = (
+                f"{depths} MTP layers chained ({drafter.chain.chain_hidden.value} hidden state)"
+                if depths > 1
+                else "MTP head"
+            )
+            log(f"{label}{ckpt.path}: model and {chained} loaded in {seconds:.1f} s")
         else:
             log(f"{label}{ckpt.path}: no drafter ({note})")
         per_workload = {}
@@ -396,9 +515,14 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
                 if drafter is not None
                 else None
             )
-            counts = measure(drafter, workload, options.temperature, ticker)
+            counts, chained = measure(drafter, workload, options.temperature, ticker)
             per_workload[workload.name] = counts
-            results.append(result(ckpt.path, workload, counts, options.temperature, note))
+            chain = (
+                chain_result(chained, drafter.chain.chain_hidden)
+                if chained and drafter is not None
+                else None
+            )
+            results.append(result(ckpt.path, workload, counts, options.temperature, note, chain))
             if options.online and drafter is not None:
                 started = time.monotonic()
                 online.append(measure_online(drafter, workload, options, ckpt.path))

@@ -82,6 +82,18 @@ from mtpcheck.model import Report
     show_default=True,
     help="--online: tokens to generate after each prompt.",
 )
+@click.option(
+    "--depths",
+    type=click.IntRange(min=1),
+    help="Chain at most this many MTP layers (the drafts per verify pass, k); default: all "
+    "the checkpoint holds.",
+)
+@click.option(
+    "--chain",
+    type=click.Choice(("post-norm", "pre-norm")),
+    help="What MTP depth d passes to depth d+1: its output after the layer's final norm or "
+    "before it. Default: the rule of the engine that serves the family (see README).",
+)
 @output_options
 def accept(
     ckpt: Path,
@@ -97,6 +109,8 @@ def accept(
     online: bool,
     prompt_tokens: int,
     new_tokens: int,
+    depths: int | None,
+    chain: str | None,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -109,7 +123,8 @@ def accept(
     One teacher-forced forward pass per sequence (k = 1): the MTP head's distribution q for
     token t+2 is scored against the main model's distribution p at t+1. Reports greedy
     acceptance, alpha = mean sum_v min(p, q) and 1 + alpha tokens per target pass. With
-    --online, also what real draft-then-verify decoding accepts at the positions it drafts.
+    several MTP layers, also the chain's acceptance per depth (k = D). With --online, also
+    what real draft-then-verify decoding accepts at the positions it drafts.
     """
     from mtpcheck.accept.workloads import parse_spec
 
@@ -138,6 +153,8 @@ def accept(
             online=online,
             prompt_tokens=prompt_tokens,
             new_tokens=new_tokens,
+            depths=depths,
+            chain=chain,
         )
         report = run_accept(options, log=opts.log)
         if plot is not None:

@@ -9,6 +9,7 @@ from mtpcheck import __version__
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
+    ChainAcceptance,
     CheckpointSummary,
     OnlineAcceptance,
     Report,
@@ -73,6 +74,28 @@ def _acceptance(r: AcceptanceResult) -> dict[str, Any]:
         "alpha_ci": [r.alpha_ci_low, r.alpha_ci_high],
         "tokens_per_pass": r.tokens_per_pass,
         "temperature": r.temperature,
+        "chain": _chain(r.chain) if r.chain is not None else None,
+    }
+
+
+def _chain(c: ChainAcceptance) -> dict[str, Any]:
+    return {
+        "hidden": c.hidden,
+        "positions": c.positions,
+        "depths": [
+            {
+                "depth": d.depth,
+                "greedy": d.greedy,
+                "greedy_ci": [d.greedy_ci_low, d.greedy_ci_high],
+                "alpha": d.alpha,
+                "alpha_ci": [d.alpha_ci_low, d.alpha_ci_high],
+                "tokens_per_pass": d.tokens_per_pass,
+            }
+            for d in c.depths
+        ],
+        "tokens_per_pass": c.tokens_per_pass,
+        "tokens_per_pass_ci": [c.tokens_per_pass_ci_low, c.tokens_per_pass_ci_high],
+        "greedy_tokens_per_pass": c.greedy_tokens_per_pass,
     }
 
 
@@ -134,6 +157,9 @@ def _online(o: OnlineAcceptance) -> dict[str, Any]:
         "tokens_per_pass": o.tokens_per_pass,
         "teacher_forced": o.teacher_forced,
         "agreeing": o.agreeing,
+        "k": o.k,
+        "accepted_per_depth": list(o.accepted_per_depth),
+        "teacher_forced_per_depth": list(o.teacher_forced_per_depth),
     }
 
 

@@ -51,18 +51,43 @@ def _acceptance(report: Report, stream: TextIO) -> None:
             )
 
 
+def _chain(report: Report, stream: TextIO) -> None:
+    chained = [r for r in report.acceptance if r.chain is not None]
+    hidden = chained[0].chain.hidden if chained[0].chain else ""
+    stream.write(
+        f"\n**MTP acceptance by depth** (chained, {hidden} hidden state; drafts 1..d all "
+        f"accepted; teacher-forced, T={chained[0].temperature:g}, 95% CI over sequences)\n\n"
+        "| workload | checkpoint | positions | d | greedy | α | tokens/pass |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    for r in chained:
+        assert r.chain is not None
+        for d in r.chain.depths:
+            stream.write(
+                f"| {_cell(r.workload)} | `{_cell(r.checkpoint)}` | {r.chain.positions} | "
+                f"{d.depth} | {_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high)} | "
+                f"{_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high)} | {d.tokens_per_pass:.2f} |\n"
+            )
+
+
+def _shares(values: tuple[float, ...], first: float) -> str:
+    return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
+
+
 def _online(report: Report, stream: TextIO) -> None:
     stream.write(
-        f"\n**MTP acceptance online** (draft-then-verify, k=1, "
+        f"\n**MTP acceptance online** (draft-then-verify, k={report.online[0].k}, "
         f"T={report.online[0].temperature:g}), at the drafted positions\n\n"
-        "| workload | checkpoint | drafts | online | teacher-forced | agree | tokens/pass |\n"
+        "| workload | checkpoint | passes | online | teacher-forced | agree | tokens/pass |\n"
         "|---|---|---|---|---|---|---|\n"
     )
     for o in report.online:
         agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "—"
         stream.write(
-            f"| {_cell(o.workload)} | `{_cell(o.checkpoint)}` | {o.drafts} | {o.online:.3f} | "
-            f"{o.teacher_forced:.3f} | {agree} | {o.tokens_per_pass:.2f} |\n"
+            f"| {_cell(o.workload)} | `{_cell(o.checkpoint)}` | {o.drafts} | "
+            f"{_shares(tuple(a / o.drafts for a in o.accepted_per_depth), o.online)} | "
+            f"{_shares(o.teacher_forced_per_depth, o.teacher_forced)} | {agree} | "
+            f"{o.tokens_per_pass:.2f} |\n"
         )
 
 
@@ -84,6 +109,8 @@ class MarkdownRenderer:
             )
         if report.acceptance:
             _acceptance(report, stream)
+        if any(r.chain is not None for r in report.acceptance):
+            _chain(report, stream)
         if report.online:
             _online(report, stream)
         stream.write("\n| | check | subject | finding |\n|---|---|---|---|\n")

@@ -103,6 +103,41 @@ def _acceptance_table(report: Report) -> Table:
     return table
 
 
+def _chain_table(report: Report) -> Table:
+    """accept with several MTP layers: drafts 1..d all accepted, per depth d."""
+    chained = [r for r in report.acceptance if r.chain is not None]
+    paths = list(dict.fromkeys(r.checkpoint for r in report.acceptance))
+    label = {p: "AB"[i] for i, p in enumerate(paths)} if len(paths) == 2 else {}
+    first = chained[0]
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.title = Text(
+        f"MTP acceptance by depth (chained, {first.chain.hidden if first.chain else ''} hidden "
+        f"state; drafts 1..d all accepted; teacher-forced, T={first.temperature:g}, 95% CI)"
+    )
+    table.title_justify = "left"
+    for column in ("workload", "ckpt", "positions", "d", "greedy", "alpha", "tokens/pass"):
+        if column != "ckpt" or label:
+            justify = "left" if column in ("workload", "ckpt") else "right"
+            table.add_column(column, justify=justify, no_wrap=True)
+    for r in chained:
+        assert r.chain is not None
+        for d in r.chain.depths:
+            cells = [Text(r.workload)] + ([Text(label[r.checkpoint])] if label else [])
+            cells += [
+                Text(str(r.chain.positions) if d.depth == 1 else ""),
+                Text(str(d.depth)),
+                Text(_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high)),
+                Text(_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high)),
+                Text(f"{d.tokens_per_pass:.2f}"),
+            ]
+            table.add_row(*cells)
+    return table
+
+
+def _shares(values: tuple[float, ...], first: float) -> str:
+    return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
+
+
 def _online_table(report: Report) -> Table:
     """accept --online: what draft-then-verify decoding accepted, beside teacher forcing."""
     paths = list(dict.fromkeys(o.checkpoint for o in report.online))
@@ -110,11 +145,12 @@ def _online_table(report: Report) -> Table:
     temperature = report.online[0].temperature
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.title = Text(
-        f"MTP acceptance online (draft-then-verify, k=1, T={temperature:g}) at the drafted "
-        "positions"
+        f"MTP acceptance online (draft-then-verify, k={report.online[0].k}, T={temperature:g}) "
+        "at the drafted positions"
+        + ("; per depth d: passes with drafts 1..d accepted" if report.online[0].k > 1 else "")
     )
     table.title_justify = "left"
-    columns = ("workload", "ckpt", "drafts", "online", "teacher-forced", "agree", "tokens/pass")
+    columns = ("workload", "ckpt", "passes", "online", "teacher-forced", "agree", "tokens/pass")
     for column in columns:
         if column != "ckpt" or label:
             justify = "left" if column in ("workload", "ckpt") else "right"
@@ -124,8 +160,8 @@ def _online_table(report: Report) -> Table:
         agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "-"
         cells += [
             Text(f"{o.drafts} / {o.sequences} seq"),
-            Text(f"{o.online:.3f}"),
-            Text(f"{o.teacher_forced:.3f}"),
+            Text(_shares(tuple(a / o.drafts for a in o.accepted_per_depth), o.online)),
+            Text(_shares(o.teacher_forced_per_depth, o.teacher_forced)),
             Text(agree),
             Text(f"{o.tokens_per_pass:.2f}"),
         ]
@@ -183,6 +219,8 @@ class TableRenderer:
         if report.acceptance:
             console.print(_acceptance_table(report))
             console.print()
+        if any(r.chain is not None for r in report.acceptance):
+            console.print(_chain_table(report))
         if report.online:
             console.print(_online_table(report))
             console.print()
