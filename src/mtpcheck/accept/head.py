@@ -60,6 +60,9 @@ WHY_NOT: dict[str, str] = {
     "mimo_v2_flash": "its MTP block (sliding-window attention with its own head counts, "
     "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot be built "
     "for it (no num_mtp_layers in its config), so there is no outside reference",
+    "bailing": "its MTP block keeps the release's tensor names (attention.dense, "
+    "kv_a_proj_with_mqa, ...), which transformers renames while loading; accept maps names one "
+    "to one and does not apply those renames yet",
     "step3p5": "Step-3.5 releases ship remote code only (model_type step3p5 without a "
     "transformers class for the checkpoint's transformer.* names)",
     "deepseek_v4": "split e_proj/h_proj projections over hyper-connection streams are not "
