@@ -269,7 +269,7 @@ class OnlineAcceptance:
     teacher-forced figure at the very positions it drafted.
 
     Each sequence's first ``prompt_tokens`` tokens are the prompt; ``new_tokens`` or more are
-    generated, one draft (k = 1) verified per main-model pass.
+    generated, k drafts (1, or the D chained MTP layers) verified per main-model pass.
     """
 
     checkpoint: str

@@ -3,7 +3,9 @@
 One main-model forward pass per sequence gives, at every position, the main model's hidden
 state (after its final norm) and its next-token distribution. The MTP head then drafts, for
 every position t at once, token t+2 from hidden state t and the embedding of token t+1; the
-draft is scored against the main model's distribution at t+1 (k = 1).
+draft is scored against the main model's distribution at t+1 (k = 1). With D MTP layers the
+chain is scored too: depth j drafts token t+j+1 from depth j-1's state, against the main
+model's distribution at t+j (k = D, :class:`~mtpcheck.accept.head.MtpChain`).
 """
 
 from __future__ import annotations
