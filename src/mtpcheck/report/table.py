@@ -169,6 +169,16 @@ def _online_table(report: Report) -> Table:
     return table
 
 
+class _Console(Console):
+    """rich's console, except that a reader who left (``mtpcheck ... | head``) is reported as
+    the ``BrokenPipeError`` it is: rich's default exits with status 1, which would read as a
+    finding; the caller keeps the verdict's exit code."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 LOG_WIDTH = 120
 """Width of the report in a log (stdout not a terminal) unless ``COLUMNS`` says otherwise."""
 MIN_FINDING = 40
@@ -205,7 +215,7 @@ class TableRenderer:
 
     def render(self, report: Report, stream: TextIO) -> None:
         width = self.width or (None if stream.isatty() else _log_width(report))
-        console = Console(
+        console = _Console(
             file=stream,
             width=width,
             no_color=self.color is False,
