@@ -380,3 +380,30 @@ def test_deepseek_v3_te_spec_names_from_table() -> None:
     }
     with pytest.raises(ValueError, match="no local"):
         mc.expected_layer_names("qwen3_next", hf_config("qwen3_next"), 0, spec="local")
+
+
+def test_the_cli_writer_imports_only_the_modules_it_uses(tmp_path: Path) -> None:
+    """``convert hf-to-megatron`` in a fresh interpreter loads megatron-core's checkpointing
+    modules without the package's ``__init__`` (no tensor_parallel, no torch._inductor), and
+    what it writes is a checkpoint megatron-core loads strictly, equal byte for byte."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "megatron"
+    code = (
+        "import sys\n"
+        "from mtpcheck.cli import main\n"
+        f"rc = main(['convert', 'hf-to-megatron', {str(FIXTURES / 'deepseek_v3')!r}, "
+        f"{str(out)!r}])\n"
+        "heavy = [m for m in ('megatron.core.tensor_parallel', 'megatron.core.transformer', "
+        "'torch._inductor') if m in sys.modules]\n"
+        "print(rc, heavy)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.stdout.strip().splitlines()[-1] == "0 []", run.stdout + run.stderr
+    from mtpcheck.cli import main
+
+    assert main(["diff", "--all", str(FIXTURES / "deepseek_v3"), str(out)]) == 0
+    hf = hf_config("deepseek_v3")
+    with single_process_group():
+        strict_load(build_gpt_model(hf, "deepseek_v3", seed=2), out / "release")

@@ -28,18 +28,22 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from megatron.core import dist_checkpointing, parallel_state
-from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor
-from megatron.core.dist_checkpointing.strategies.torch import (
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import save as dcp_save
+
+from mtpcheck.convert.megatron_config import layer_key_map, layer_pattern, uses_stacked_layers
+from mtpcheck.convert.megatron_import import enter_megatron_core
+
+enter_megatron_core()  # the writer's modules only, not all of megatron-core (2 s less)
+
+from megatron.core import dist_checkpointing, parallel_state  # noqa: E402
+from megatron.core.dist_checkpointing.mapping import ShardedObject, ShardedTensor  # noqa: E402
+from megatron.core.dist_checkpointing.strategies.torch import (  # noqa: E402
     MCoreSavePlanner,
     TorchDistSaveShardedStrategy,
     _replace_state_dict_keys_with_sharded_keys,
     mcore_to_pyt_state_dict,
 )
-from torch.distributed.checkpoint import FileSystemWriter
-from torch.distributed.checkpoint import save as dcp_save
-
-from mtpcheck.convert.megatron_config import layer_key_map, layer_pattern, uses_stacked_layers
 
 CHECKPOINT_VERSION = 3.0
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
