@@ -109,6 +109,11 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
+def round_ratios(ours: list[Measured], base: list[Measured]) -> list[float]:
+    """Wall-time ratio of each round (``alternate`` runs both in every round, back to back)."""
+    return [o.wall / b.wall for o, b in zip(ours, base, strict=True)]
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

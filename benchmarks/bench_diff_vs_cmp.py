@@ -7,8 +7,8 @@ Both read from the page cache (every file is read once before timing).
 
 Timed, alternately: ``cmp -s`` over each pair of files (a shell loop) and
 ``python -m mtpcheck diff --all A B`` (table output, interpreter start-up included).
-Targets: wall ratio <= 1.5, mtpcheck peak RSS <= 128 MiB, the report names the tensor and the
-element.
+Targets: wall ratio <= 1.5 in every round (the worst, not only the median), mtpcheck peak RSS
+<= 128 MiB, the report names the tensor and the element.
 
     python benchmarks/bench_diff_vs_cmp.py [--repeats 5] [--threads N] [--workdir DIR]
                                            [--torchrun 1,2]
@@ -40,6 +40,7 @@ from _common import (  # noqa: E402
     median,
     mtpcheck_cmd,
     print_table,
+    round_ratios,
     run_measured,
     tensor_offset,
     warm_cache,
@@ -138,17 +139,19 @@ def main() -> int:
         rss = max(m.maxrss_mib for m in results["mtpcheck"])
         base_rss = max(m.maxrss_mib for m in results["cmp -s"])
         ratio = ours / base
+        worst = max(round_ratios(results["mtpcheck"], results["cmp -s"]))
         print(f"\nmachine: {machine()}")
         print_table(
             f"diff --all on 2 x {total / GIB:.2f} GiB BF16, one flipped bit, page cache warm; "
             f"medians of {args.repeats}",
             [
-                ("cmp -s (each shard pair)", f"{base:.3f}", f"{base_rss:.1f}", "", ""),
+                ("cmp -s (each shard pair)", f"{base:.3f}", f"{base_rss:.1f}", "", "", ""),
                 (
                     "mtpcheck diff --all",
                     f"{ours:.3f}",
                     f"{rss:.1f}",
-                    f"{ratio:.2f} ({'met' if ratio <= TARGET_RATIO else 'NOT met'})",
+                    f"{ratio:.2f}",
+                    f"{worst:.2f} ({'met' if worst <= TARGET_RATIO else 'NOT met'})",
                     "met" if rss <= TARGET_RSS_MIB else "NOT met",
                 ),
             ],
@@ -156,7 +159,8 @@ def main() -> int:
                 "run",
                 "wall s",
                 "peak RSS MiB",
-                f"ratio (<= {TARGET_RATIO})",
+                "ratio of medians",
+                f"worst round's ratio (<= {TARGET_RATIO})",
                 f"RSS <= {TARGET_RSS_MIB}",
             ),
         )
@@ -176,7 +180,7 @@ def main() -> int:
                 rows,
                 ("run", "wall s", "peak RSS MiB (largest process)", "exit codes"),
             )
-        ok = ratio <= TARGET_RATIO and rss <= TARGET_RSS_MIB and named and check.returncode == 1
+        ok = worst <= TARGET_RATIO and rss <= TARGET_RSS_MIB and named and check.returncode == 1
         return 0 if ok else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
