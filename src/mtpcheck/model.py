@@ -297,6 +297,12 @@ class OnlineAcceptance:
     """k > 1: passes whose drafts 1..d were all accepted, for d = 1..k."""
     teacher_forced_per_depth: tuple[float, ...] = ()
     """k > 1: the teacher-forced share for the same, at the drafted positions."""
+    engine: str = "mtpcheck"
+    """Whose decoding loop ran: ``mtpcheck`` or ``transformers`` (``generate(use_mtp=True)``,
+    its counts as transformers reports them)."""
+    in_output: int | None = None
+    """transformers, T = 0: first drafts the generated text holds at their position (each one
+    the main model's greedy token, so accepted in fact; transformers' count can be lower)."""
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ class AcceptOptions:
     """Also run real draft-then-verify decoding (``accept --online``)."""
     prompt_tokens: int = 9
     new_tokens: int = 40
+    online_engine: str = "mtpcheck"
+    """``mtpcheck`` (this package's loop) or ``transformers`` (``generate(use_mtp=True)``)."""
     depths: int | None = None
     """Chain at most this many MTP layers (k); all the checkpoint holds by default."""
     chain: str | None = None
@@ -90,6 +92,8 @@ class Drafter:
     model: Any
     chain: MtpChain
     device: torch.device
+    prefixes: tuple[str, ...] = ()
+    """Where the checkpoint's MTP layers live (all of them, also those not chained)."""
 
     @property
     def head(self) -> MtpHead:
@@ -132,23 +136,19 @@ def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -
     causal-LM class, or for a vision-language model without one (Step-3.7) its
     image-text-to-text class, whose language model is the same decoder."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-    from transformers.utils import logging as hf_logging
 
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    from mtpcheck.accept.hf_quiet import quiet_transformers
+
     try:
-        config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-        auto = AutoModelForCausalLM
-        if type(config) not in auto._model_mapping:
-            auto = AutoModelForImageTextToText
-        model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+            auto = AutoModelForCausalLM
+            if type(config) not in auto._model_mapping:
+                auto = AutoModelForImageTextToText
+            model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
     except Exception as e:  # transformers raises many types for a model it cannot build
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(directory, f"transformers cannot load the main model: {reason}") from e
-    finally:
-        hf_logging.set_verbosity(previous)
-        hf_logging.enable_progress_bar()
     return model.to(device).eval()
 
 
@@ -256,9 +256,10 @@ def measure_online(
     drafter: Drafter, workload: Workload, options: AcceptOptions, label: str
 ) -> OnlineAcceptance:
     """Draft-then-verify decoding from each sequence's first ``prompt_tokens`` tokens, and the
-    teacher-forced verdicts at the positions it drafted (scored on what it generated)."""
-    from mtpcheck.accept.online import speculative_decode
+    teacher-forced verdicts at the positions it drafted (scored on what it generated).
 
+    ``online_engine``: ``mtpcheck``, this package's loop (``accept/online.py``), or
+    ``transformers``, ``generate(use_mtp=True)`` with what transformers counts."""
     prompts = [list(s[: options.prompt_tokens]) for s in workload.sequences]
     prompts = [p for p in prompts if len(p) >= 2]
     if not prompts:
@@ -267,26 +268,46 @@ def measure_online(
             "tokens --online starts from"
         )
     temperature = options.temperature
-    decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
-    scored = score_depths(drafter, decoded.sequences, temperature)
-    k, passes = decoded.k, len(decoded.drafts)
+    passes: list[tuple[int, int, int]]  # (sequence, slot, drafts counted as accepted)
+    if options.online_engine == "transformers":
+        from mtpcheck.accept.online_transformers import transformers_decode
+
+        generated = transformers_decode(
+            drafter.model, drafter.prefixes, prompts, options.new_tokens, temperature
+        )
+        sequences, k = generated.sequences, generated.k
+        passes = [(s.sequence, s.position - 2, max(0, s.counted)) for s in generated.steps]
+        in_output = sum(
+            sequences[s.sequence][s.position] == s.drafts[0]
+            for s in generated.steps
+            if s.position < len(sequences[s.sequence])
+        )
+    else:
+        from mtpcheck.accept.online import speculative_decode
+
+        decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
+        sequences, k = decoded.sequences, decoded.k
+        passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
+        in_output = None
+    scored = score_depths(drafter, sequences, temperature)
     greedy = temperature == 0
     leading: list[int] = []  # teacher-forced: drafts 1..j all hit, per pass
     shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
-    for d in decoded.drafts:
+    for sequence, slot, _ in passes:
         run, product = 0, 1.0
-        for j in range(k):
-            hits, alphas = scored[d.sequence][j]
-            if d.slot >= len(hits):  # past the generated text: nothing left to score
+        for j in range(min(k, len(scored[sequence]))):
+            hits, alphas = scored[sequence][j]
+            if slot >= len(hits):  # past the generated text: nothing left to score
                 break
-            product *= float(alphas[d.slot])
-            run += int(run == j and bool(hits[d.slot]))
+            product *= float(alphas[slot])
+            run += int(run == j and bool(hits[slot]))
             shares[j][0] += float(run > j) if greedy else product
             shares[j][1] += 1
         leading.append(run)
-    accepted = sum(d.accepted for d in decoded.drafts)
-    drafted = sum(d.depth_accepted for d in decoded.drafts)
-    per_depth = tuple(sum(d.depth_accepted > j for d in decoded.drafts) for j in range(k))
+    count = len(passes)
+    accepted = sum(taken >= 1 for _, _, taken in passes)
+    drafted = sum(taken for _, _, taken in passes)
+    per_depth = tuple(sum(taken > j for _, _, taken in passes) for j in range(k))
     return OnlineAcceptance(
         checkpoint=label,
         workload=workload.name,
@@ -294,13 +315,13 @@ def measure_online(
         sequences=len(prompts),
         prompt_tokens=options.prompt_tokens,
         new_tokens=options.new_tokens,
-        drafts=passes,
+        drafts=count,
         accepted=accepted,
-        online=accepted / passes if passes else 0.0,
-        tokens_per_pass=1 + (drafted / passes if passes else 0.0),
+        online=accepted / count if count else 0.0,
+        tokens_per_pass=1 + (drafted / count if count else 0.0),
         teacher_forced=shares[0][0] / shares[0][1] if shares[0][1] else 0.0,
         agreeing=(
-            sum(t == d.depth_accepted for t, d in zip(leading, decoded.drafts, strict=True))
+            sum(t == taken for t, (_, _, taken) in zip(leading, passes, strict=True))
             if greedy
             else None
         ),
@@ -309,6 +330,8 @@ def measure_online(
         teacher_forced_per_depth=(
             tuple(total / n if n else 0.0 for total, n in shares) if k > 1 else ()
         ),
+        engine=options.online_engine,
+        in_output=in_output if greedy else None,
     )
 
 
@@ -437,7 +460,8 @@ def load_drafter(
     model = load_main_model(directory, torch_dtype, device)
     used = layouts[: depths or len(layouts)]
     heads = [build_head(model, ckpt, layout, torch_dtype, device) for layout in used]
-    return Drafter(model, MtpChain(heads, used[0].chain_hidden), device)
+    prefixes = tuple(layout.prefix for layout in layouts)
+    return Drafter(model, MtpChain(heads, used[0].chain_hidden), device, prefixes)
 
 
 def open_drafter(

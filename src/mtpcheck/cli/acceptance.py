@@ -83,6 +83,14 @@ from mtpcheck.model import Report
     help="--online: tokens to generate after each prompt.",
 )
 @click.option(
+    "--online-engine",
+    type=click.Choice(("mtpcheck", "transformers")),
+    default="mtpcheck",
+    show_default=True,
+    help="--online: mtpcheck's own draft-then-verify loop, or transformers' "
+    "generate(use_mtp=True) with the counts transformers reports (see README).",
+)
+@click.option(
     "--depths",
     type=click.IntRange(min=1),
     help="Chain at most this many MTP layers (the drafts per verify pass, k); default: all "
@@ -109,6 +117,7 @@ def accept(
     online: bool,
     prompt_tokens: int,
     new_tokens: int,
+    online_engine: str,
     depths: int | None,
     chain: str | None,
     fmt: str,
@@ -153,6 +162,7 @@ def accept(
             online=online,
             prompt_tokens=prompt_tokens,
             new_tokens=new_tokens,
+            online_engine=online_engine,
             depths=depths,
             chain=chain,
         )

@@ -70,13 +70,18 @@ def _chain(report: Report, stream: TextIO) -> None:
             )
 
 
+def _engine(name: str) -> str:
+    return "transformers generate(use_mtp=True)" if name == "transformers" else "draft-then-verify"
+
+
 def _shares(values: tuple[float, ...], first: float) -> str:
     return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
 
 
 def _online(report: Report, stream: TextIO) -> None:
     stream.write(
-        f"\n**MTP acceptance online** (draft-then-verify, k={report.online[0].k}, "
+        f"\n**MTP acceptance online** ({_engine(report.online[0].engine)}, "
+        f"k={report.online[0].k}, "
         f"T={report.online[0].temperature:g}), at the drafted positions\n\n"
         "| workload | checkpoint | passes | online | teacher-forced | agree | tokens/pass |\n"
         "|---|---|---|---|---|---|---|\n"

@@ -134,6 +134,10 @@ def _chain_table(report: Report) -> Table:
     return table
 
 
+def _engine(name: str) -> str:
+    return "transformers generate(use_mtp=True)" if name == "transformers" else "draft-then-verify"
+
+
 def _shares(values: tuple[float, ...], first: float) -> str:
     return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
 
@@ -145,12 +149,15 @@ def _online_table(report: Report) -> Table:
     temperature = report.online[0].temperature
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.title = Text(
-        f"MTP acceptance online (draft-then-verify, k={report.online[0].k}, T={temperature:g}) "
-        "at the drafted positions"
+        f"MTP acceptance online ({_engine(report.online[0].engine)}, k={report.online[0].k}, "
+        f"T={temperature:g}) at the drafted positions"
         + ("; per depth d: passes with drafts 1..d accepted" if report.online[0].k > 1 else "")
     )
     table.title_justify = "left"
     columns = ("workload", "ckpt", "passes", "online", "teacher-forced", "agree", "tokens/pass")
+    counted = any(o.in_output is not None for o in report.online)
+    if counted:  # transformers' counts beside what its output holds
+        columns = (*columns, "in output")
     for column in columns:
         if column != "ckpt" or label:
             justify = "left" if column in ("workload", "ckpt") else "right"
@@ -165,6 +172,8 @@ def _online_table(report: Report) -> Table:
             Text(agree),
             Text(f"{o.tokens_per_pass:.2f}"),
         ]
+        if counted:
+            cells.append(Text(f"{o.in_output} / {o.drafts}" if o.in_output is not None else "-"))
         table.add_row(*cells)
     return table
 
