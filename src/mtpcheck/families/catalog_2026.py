@@ -338,9 +338,11 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         head_output="model.layers.{n}.shared_head.head.weight",
         chain_hidden=ChainHidden.PRE_NORM,
     ),
-    # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_mtp.py. No
-    # count key: vLLM loads 1 of the 3 layers released checkpoints hold. The block has SWA
-    # attention and a dense MLP with its own norm names, so its tensors are listed.
+    # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_flash_mtp.py.
+    # No count key: vLLM maps the 3 layers released checkpoints hold onto one shared MTP layer
+    # (the last one loaded wins) and runs it at every draft step, its final_layernorm inside
+    # the layer (a post-norm chain). The block has SWA attention and a dense MLP with its own
+    # norm names, so its tensors are listed.
     MtpFamily(
         key="mimo_v2_flash",
         display="MiMo-V2-Flash",
@@ -368,7 +370,8 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         projection="model.mtp.layers.{i}.eh_proj.weight",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         inner_mirrors_main=False,
-        notes="no count key; released checkpoints hold 3 MTP layers (vLLM loads the first)",
+        notes="no count key; released checkpoints hold 3 MTP layers (vLLM serves one shared "
+        "layer from them)",
     ),
     # transformers models/minimax_m3_vl (ignores r"(^|\.)mtp\..*"); vLLM minimax_m3 mtp.py:
     # enorm/hnorm/eh_proj/final_layernorm around a sparse-attention + MoE transformer_layer.
