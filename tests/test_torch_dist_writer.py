@@ -407,3 +407,32 @@ def test_the_cli_writer_imports_only_the_modules_it_uses(tmp_path: Path) -> None
     hf = hf_config("deepseek_v3")
     with single_process_group():
         strict_load(build_gpt_model(hf, "deepseek_v3", seed=2), out / "release")
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_record_checksums_only_where_the_checkpoint_is_kept(tmp_path: Path, durable: bool) -> None:
+    """``durable=False`` (the round trip's intermediate, read back and deleted) skips the
+    CRC-32 torch computes for each record; a kept checkpoint has them, as megatron-core writes
+    it. Either way megatron-core loads it strictly, and the option is restored afterwards."""
+    import io
+    import zipfile
+
+    from mtpcheck.convert.builtin import hf_to_megatron
+    from mtpcheck.formats import open_checkpoint
+
+    assert torch.serialization.get_crc32_options() is True
+    ckpt = hf_to_megatron(open_checkpoint(FIXTURES / "mimo"), tmp_path / "out", durable=durable)
+    assert torch.serialization.get_crc32_options() is True
+    storage = FileSystemReader(str(ckpt)).read_metadata().storage_data
+    crcs = set()
+    for info in storage.values():
+        with open(ckpt / info.relative_path, "rb") as f:
+            f.seek(info.offset)
+            archive = zipfile.ZipFile(io.BytesIO(f.read(info.length)))
+        records = [i for i in archive.infolist() if "/data/" in i.filename and i.file_size]
+        crcs.update(i.CRC for i in records)
+        if durable:
+            assert archive.testzip() is None  # every checksum right
+    assert (crcs == {0}) is not durable
+    with single_process_group():
+        strict_load(build_gpt_model(hf_config("mimo"), "mimo", seed=2), ckpt)

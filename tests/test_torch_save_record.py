@@ -120,3 +120,24 @@ def test_a_foreign_global_in_data_pkl_is_refused_without_running_it(tmp_path: Pa
     start, length = _save(Payload(), path)
     assert _locate(path, start, length) is None
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_record_written_without_checksums_is_found(tmp_path: Path) -> None:
+    """torch writes CRC 0 when asked not to compute checksums (the round trip's intermediate
+    checkpoint is written so); zipfile would call every such record corrupt."""
+    tensor = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    previous = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(False)
+    try:
+        start, length = _save(tensor, tmp_path / "chunks.bin", prefix=b"y" * 77)
+    finally:
+        torch.serialization.set_crc32_options(previous)
+    import zipfile
+
+    blob = (tmp_path / "chunks.bin").read_bytes()[start : start + length]
+    assert {info.CRC for info in zipfile.ZipFile(io.BytesIO(blob)).infolist()} == {0}
+    raw = _locate(tmp_path / "chunks.bin", start, length)
+    assert raw is not None and raw.shape == (3, 4)
+    with open(tmp_path / "chunks.bin", "rb") as f:
+        f.seek(raw.offset)
+        assert f.read(raw.nbytes) == _raw(tensor)

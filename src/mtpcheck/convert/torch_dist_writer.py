@@ -341,7 +341,26 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
             per_thread_copy_ahead=0,
             sync_files=self.durable,
         )
-        dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
+        with _record_checksums(self.durable):
+            dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
+
+
+@contextlib.contextmanager
+def _record_checksums(on: bool) -> Iterator[None]:
+    """Whether ``torch.save`` computes the CRC-32 of each record it writes (the zip format's
+    checksum, which neither torch nor megatron-core checks on load): it runs at a few hundred
+    MB/s here, the slowest part of writing. Skipped only for checkpoints that are read back
+    and deleted (``durable=False``); restored afterwards."""
+    serialization = torch.serialization
+    if on or not hasattr(serialization, "set_crc32_options"):
+        yield
+        return
+    previous = serialization.get_crc32_options()
+    serialization.set_crc32_options(False)
+    try:
+        yield
+    finally:
+        serialization.set_crc32_options(previous)
 
 
 @contextlib.contextmanager
@@ -425,7 +444,8 @@ def write_torch_dist(
     ``iteration`` (0 for ``"release"``) and ``content_metadata``. Runs on CPU in this process;
     a process group is created (and destroyed) when none exists. Returns the iteration
     directory. Refuses to write into a non-empty iteration directory. ``durable=False`` skips
-    the ``fsync`` of each data file (for a checkpoint that is read back and deleted).
+    the ``fsync`` of each data file and the CRC-32 of each record (for a checkpoint that is
+    read back and deleted).
     """
     root = Path(dst_root)
     ckpt_dir = root / iteration_dir_name(iteration)

@@ -232,6 +232,9 @@ def locate_tensor(fd: int, start: int, length: int) -> RawTensor | None:
 
 def _locate(archive: zipfile.ZipFile, window: _Window) -> RawTensor:
     by_name = {info.filename: info for info in archive.infolist()}
+    for info in by_name.values():
+        if info.CRC == 0:  # torch wrote no checksum (torch.serialization.set_crc32_options)
+            info.CRC = None  # type: ignore[assignment]  # zipfile then checks none
     pickles = [n for n in by_name if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
         raise _NotPlain("no single data.pkl")
