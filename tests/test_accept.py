@@ -23,6 +23,7 @@ from mtpcheck.accept.runner import AcceptOptions, Drafter, open_drafter, run_acc
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from mtpcheck.model import AcceptanceResult, Status
 from tests.conftest import FIXTURES
+from tests.greedy_check import assert_main_model_greedy
 
 FIXTURE = FIXTURES / "accept_deepseek_v3"
 WORKLOADS = (
@@ -163,12 +164,7 @@ def test_greedy_draft_then_verify_equals_teacher_forced(drafter, sequences) -> N
     assert teacher == accepted  # position by position
     assert sum(teacher) / len(teacher) == decoded.online_rate()
     # speculative greedy decoding reproduces the main model's own greedy continuation
-    width = max(len(s) for s in decoded.sequences)
-    padded = [s + [0] * (width - len(s)) for s in decoded.sequences]
-    _, logits = hidden_and_logits(drafter.model, torch.tensor(padded))
-    for b, seq in enumerate(decoded.sequences):
-        greedy = logits[b, : len(seq) - 1].argmax(-1).tolist()
-        assert seq[len(prompts[b]) :] == greedy[len(prompts[b]) - 1 :]
+    assert_main_model_greedy(drafter.model, prompts, decoded.sequences)
 
 
 def test_sampled_draft_then_verify_agrees_within_one_point(drafter, sequences) -> None:

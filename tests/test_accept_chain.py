@@ -19,11 +19,12 @@ from safetensors import safe_open
 
 from mtpcheck.accept.head import drafter_layouts
 from mtpcheck.accept.online import speculative_decode
-from mtpcheck.accept.runner import Drafter, hidden_and_logits, open_drafter, score_depths
+from mtpcheck.accept.runner import Drafter, open_drafter, score_depths
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from mtpcheck.families import ChainHidden, analyse
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES
+from tests.greedy_check import assert_main_model_greedy
 
 TRAINED = FIXTURES / "accept_step3p7"
 RANDOM = FIXTURES / "step3p7"
@@ -184,12 +185,7 @@ def test_online_k3_equals_teacher_forced_pass_by_pass(trained: Drafter) -> None:
             run += 1
         assert run == d.depth_accepted, d
     # speculative greedy decoding with k = 3 reproduces the main model's greedy continuation
-    width = max(len(s) for s in decoded.sequences)
-    padded = [s + [0] * (width - len(s)) for s in decoded.sequences]
-    _, logits = hidden_and_logits(trained.model, torch.tensor(padded))
-    for b, seq in enumerate(decoded.sequences):
-        greedy = logits[b, : len(seq) - 1].argmax(-1).tolist()
-        assert seq[len(prompts[b]) :] == greedy[len(prompts[b]) - 1 :]
+    assert_main_model_greedy(trained.model, prompts, decoded.sequences)
 
 
 def test_sampled_k3_uses_the_teacher_forced_alphas(trained: Drafter) -> None:

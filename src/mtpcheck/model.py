@@ -304,6 +304,25 @@ class OnlineAcceptance:
     """transformers, T = 0: first drafts the generated text holds at their position (each one
     the main model's greedy token, so accepted in fact; transformers' count can be lower)."""
 
+    @property
+    def online_by_depth(self) -> tuple[float, ...]:
+        """Per depth d: the share of passes whose drafts 1..d were accepted (k entries)."""
+        if not self.accepted_per_depth:
+            return (self.online,)
+        return tuple(a / self.drafts if self.drafts else 0.0 for a in self.accepted_per_depth)
+
+    @property
+    def teacher_forced_by_depth(self) -> tuple[float, ...]:
+        """The teacher-forced share of the same (k entries)."""
+        return self.teacher_forced_per_depth or (self.teacher_forced,)
+
+    @property
+    def engine_title(self) -> str:
+        """Whose loop ran, in words."""
+        if self.engine == "transformers":
+            return "transformers generate(use_mtp=True)"
+        return "draft-then-verify"
+
 
 @dataclass(frozen=True)
 class AcceptanceDelta:

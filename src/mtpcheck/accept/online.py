@@ -44,14 +44,21 @@ class Draft:
     slot: int
     """Teacher-forced slot t: depth 1 used h_t and x_{t+1} to propose x_{t+2} (depth j
     proposed x_{t+j+1})."""
-    accepted: bool
-    """Depth 1's draft was accepted."""
-    alpha: float
-    """Depth 1: sum_v min(p(v), q(v)) at the verify step (sampling) or the greedy hit."""
-    depth_accepted: int = 0
+    depth_accepted: int
     """Drafts accepted in this verify pass (the leading ones, 0..k)."""
-    alphas: tuple[float, ...] = ()
-    """Per depth, up to the first rejected one: alpha (sampling) or the greedy hit."""
+    alphas: tuple[float, ...]
+    """Per depth, up to the first rejected one: sum_v min(p(v), q(v)) at the verify step
+    (sampling) or the greedy hit."""
+
+    @property
+    def accepted(self) -> bool:
+        """Depth 1's draft was accepted."""
+        return self.depth_accepted >= 1
+
+    @property
+    def alpha(self) -> float:
+        """Depth 1's alpha (or greedy hit)."""
+        return self.alphas[0]
 
 
 @dataclass
@@ -149,6 +156,6 @@ def speculative_decode(
             taken = len(alphas) - (next_token >= 0)
             if next_token < 0:  # all k accepted: the bonus token
                 next_token = pick(logits[i, m + k])
-            out.drafts.append(Draft(b, m - 1, taken >= 1, alphas[0], taken, tuple(alphas)))
+            out.drafts.append(Draft(b, m - 1, taken, tuple(alphas)))
             s.extend([*drafts[:taken], next_token])
             states[b] = hidden[i, : m + taken + 1]  # h_0..h_{m+taken}: verified tokens

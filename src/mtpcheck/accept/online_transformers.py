@@ -45,7 +45,7 @@ class Generated:
 
 
 @contextlib.contextmanager
-def _recording(steps: list[Step], sequence: list[int]) -> Iterator[None]:
+def _recording(steps: list[Step], sequence: int) -> Iterator[None]:
     """Record each drafting step of ``MTPCandidateGenerator`` (the class is patched only
     inside this block)."""
     from transformers.generation.candidate_generator import MTPCandidateGenerator as generator
@@ -57,7 +57,7 @@ def _recording(steps: list[Step], sequence: list[int]) -> Iterator[None]:
         position = input_ids.shape[1]
         if candidates.shape[1] > position:
             drafts = tuple(int(t) for t in candidates[0, position:])
-            steps.append(Step(sequence[0], position, drafts))
+            steps.append(Step(sequence, position, drafts))
         return candidates, logits
 
     def update_candidate_strategy(self: Any, input_ids: Any, scores: Any, num_matches: Any) -> Any:
@@ -77,10 +77,8 @@ def _recording(steps: list[Step], sequence: list[int]) -> Iterator[None]:
 def point_at_layers(model: Any, prefixes: Sequence[str]) -> None:
     """Let transformers' MTP loader find MTP layers under ``prefixes`` too."""
     own = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or [])
-    model._keys_to_ignore_on_load_unexpected = [
-        *own,
-        *(re.escape(p) + ".*" for p in prefixes if re.escape(p) + ".*" not in own),
-    ]
+    ours = [re.escape(p) + ".*" for p in prefixes]
+    model._keys_to_ignore_on_load_unexpected = [*own, *(p for p in ours if p not in own)]
 
 
 @torch.no_grad()
@@ -96,21 +94,16 @@ def transformers_decode(
     at a time (transformers' assisted decoding takes a batch of one)."""
     point_at_layers(model, prefixes)
     out = Generated([])
-    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {}
+    sampling: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+    )
     device = next(model.parameters()).device
     for index, prompt in enumerate(prompts):
         torch.manual_seed(seed + index)
-        with _recording(out.steps, [index]), quiet_transformers():
+        with _recording(out.steps, index), quiet_transformers():
             try:
                 ids = torch.tensor([prompt], device=device)
-                generated = model.generate(
-                    ids,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    use_mtp=True,
-                    do_sample=bool(sampling),
-                    **{k: v for k, v in sampling.items() if k != "do_sample"},
-                )
+                generated = model.generate(ids, max_new_tokens=new_tokens, use_mtp=True, **sampling)
             except Exception as e:  # transformers raises many types for what it cannot run
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise MtpcheckError(

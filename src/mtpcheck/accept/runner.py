@@ -136,6 +136,7 @@ def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -
     causal-LM class, or for a vision-language model without one (Step-3.7) its
     image-text-to-text class, whose language model is the same decoder."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     from mtpcheck.accept.hf_quiet import quiet_transformers
 
@@ -143,7 +144,7 @@ def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -
         with quiet_transformers():
             config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
             auto = AutoModelForCausalLM
-            if type(config) not in auto._model_mapping:
+            if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
                 auto = AutoModelForImageTextToText
             model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
     except Exception as e:  # transformers raises many types for a model it cannot build
@@ -228,12 +229,10 @@ def measure(
     """Counters per sequence (depth 1), and for a chain of D > 1 layers the chain's; all
     zeros without a drafter. ``ticker`` counts the positions scored."""
     counts = [SequenceCounts(max(0, len(ids) - 1), 0, 0.0) for ids in workload.sequences]
-    chained: list[ChainCounts] = []
     if drafter is None:
-        return counts, chained
+        return counts, []
     depths = drafter.chain.depths
-    nothing = [torch.empty(0)] * depths
-    chained = [chain_counts(0, nothing, nothing)] * len(counts)
+    chained = [ChainCounts(0, (0,) * depths, (0.0,) * depths)] * len(counts)
     vocab = int(drafter.model.get_output_embeddings().weight.shape[0])
     for group in batches(workload.sequences, vocab):
         scores = score_depths(drafter, [workload.sequences[i] for i in group], temperature)

@@ -70,17 +70,13 @@ def _chain(report: Report, stream: TextIO) -> None:
             )
 
 
-def _engine(name: str) -> str:
-    return "transformers generate(use_mtp=True)" if name == "transformers" else "draft-then-verify"
-
-
-def _shares(values: tuple[float, ...], first: float) -> str:
-    return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
+def _shares(values: tuple[float, ...]) -> str:
+    return " / ".join(f"{v:.3f}" for v in values)
 
 
 def _online(report: Report, stream: TextIO) -> None:
     stream.write(
-        f"\n**MTP acceptance online** ({_engine(report.online[0].engine)}, "
+        f"\n**MTP acceptance online** ({report.online[0].engine_title}, "
         f"k={report.online[0].k}, "
         f"T={report.online[0].temperature:g}), at the drafted positions\n\n"
         "| workload | checkpoint | passes | online | teacher-forced | agree | tokens/pass |\n"
@@ -90,8 +86,8 @@ def _online(report: Report, stream: TextIO) -> None:
         agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "—"
         stream.write(
             f"| {_cell(o.workload)} | `{_cell(o.checkpoint)}` | {o.drafts} | "
-            f"{_shares(tuple(a / o.drafts for a in o.accepted_per_depth), o.online)} | "
-            f"{_shares(o.teacher_forced_per_depth, o.teacher_forced)} | {agree} | "
+            f"{_shares(o.online_by_depth)} | "
+            f"{_shares(o.teacher_forced_by_depth)} | {agree} | "
             f"{o.tokens_per_pass:.2f} |\n"
         )
 

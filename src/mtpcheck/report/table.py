@@ -134,12 +134,8 @@ def _chain_table(report: Report) -> Table:
     return table
 
 
-def _engine(name: str) -> str:
-    return "transformers generate(use_mtp=True)" if name == "transformers" else "draft-then-verify"
-
-
-def _shares(values: tuple[float, ...], first: float) -> str:
-    return " / ".join(f"{v:.3f}" for v in values) if values else f"{first:.3f}"
+def _shares(values: tuple[float, ...]) -> str:
+    return " / ".join(f"{v:.3f}" for v in values)
 
 
 def _online_table(report: Report) -> Table:
@@ -149,7 +145,7 @@ def _online_table(report: Report) -> Table:
     temperature = report.online[0].temperature
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
     table.title = Text(
-        f"MTP acceptance online ({_engine(report.online[0].engine)}, k={report.online[0].k}, "
+        f"MTP acceptance online ({report.online[0].engine_title}, k={report.online[0].k}, "
         f"T={temperature:g}) at the drafted positions"
         + ("; per depth d: passes with drafts 1..d accepted" if report.online[0].k > 1 else "")
     )
@@ -167,8 +163,8 @@ def _online_table(report: Report) -> Table:
         agree = f"{o.agreeing} / {o.drafts}" if o.agreeing is not None else "-"
         cells += [
             Text(f"{o.drafts} / {o.sequences} seq"),
-            Text(_shares(tuple(a / o.drafts for a in o.accepted_per_depth), o.online)),
-            Text(_shares(o.teacher_forced_per_depth, o.teacher_forced)),
+            Text(_shares(o.online_by_depth)),
+            Text(_shares(o.teacher_forced_by_depth)),
             Text(agree),
             Text(f"{o.tokens_per_pass:.2f}"),
         ]
