@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from mtpcheck.errors import HeaderError
-from mtpcheck.formats.safetensors_header import read_header
+from mtpcheck.formats.safetensors_header import (
+    ShardHeader,
+    _parse_careful,
+    parse_common,
+    parse_header_bytes,
+    read_header,
+)
+from mtpcheck.model import TensorTable, files_of, total_nbytes
 from tests.conftest import write_safetensors
 
 
@@ -121,3 +128,99 @@ def test_truncated_data_marks_tensors_unreadable(tmp_path: Path) -> None:
     assert h.truncated
     assert (h.data_bytes_declared, h.data_bytes_on_disk) == (8, 6)
     assert h.tensors["a"].readable and not h.tensors["b"].readable
+
+
+def _both(text: str, data_bytes: int) -> tuple[object, object]:
+    """(fast parse, careful parse) of ``text`` for a file with ``data_bytes`` after it."""
+    size = 8 + len(text.encode()) + data_bytes
+    fast = parse_common("f.safetensors", text, 8 + len(text.encode()), size)
+    try:
+        careful: object = _parse_careful("f.safetensors", text, 8 + len(text.encode()), size)
+    except HeaderError as e:
+        careful = e
+    return fast, careful
+
+
+ENTRY = '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a duplicate whose first value is not an entry: a dict keeps the valid last one
+        '{"a":5,"a":' + ENTRY + "}",
+        '{"a":' + ENTRY.replace('"dtype":"U8"', '"dtype":"F32","dtype":"U8"') + "}",
+        '{"a":' + ENTRY.replace('"shape":[1]', '"shape":"x","shape":[1]') + "}",
+        '{"__metadata__":{"k":"1","k":"2"},"a":' + ENTRY + "}",
+        # escapes can spell a key so no substring search sees it
+        '{"a":' + ENTRY.replace('"dtype":"U8"', '"\\u0064type":"F32","dtype":"U8"') + "}",
+        '{"\\u0061":5,"a":' + ENTRY + "}",
+    ],
+)
+def test_duplicate_keys_are_never_accepted_fast(text: str) -> None:
+    fast, careful = _both(text, 1)
+    assert fast is None
+    assert isinstance(careful, HeaderError) and "duplicate" in str(careful)
+
+
+def test_fast_and_careful_parse_agree_on_usual_headers() -> None:
+    header = {
+        "__metadata__": {"format": "pt"},
+        "b": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [4, 16]},
+        "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},  # not in offset order
+        "z": {"dtype": "U8", "shape": [0], "data_offsets": [16, 16]},
+    }
+    fast, careful = _both(json.dumps(header, separators=(",", ":")), 16)
+    assert isinstance(fast, ShardHeader) and fast == careful
+    assert list(fast.tensors) == ["b", "a", "z"]  # header order
+    assert (
+        fast.tensors["b"].shape == (2, 3)
+        and fast.tensors["b"].offset == fast.tensors["a"].offset + 4
+    )
+    # a colon inside a string, a backslash, spaces, or other key orders: the careful parse
+    for variant in (
+        {**header, "__metadata__": {"format": "pt:1"}},
+        {**header, "__metadata__": {"format": "p\\t"}},
+        {k: dict(reversed(v.items())) for k, v in header.items()},
+    ):
+        text = json.dumps(variant, separators=(",", ":"))
+        fast, careful = _both(text, 16)
+        assert isinstance(careful, ShardHeader)
+        assert fast is None or fast == careful
+    fast, careful = _both(json.dumps(header), 16)  # spaces after ':' and ','
+    assert fast == careful
+
+
+def _table(*parts: dict[str, tuple[str, list[int], bytes]]) -> tuple[TensorTable | None, list]:
+    headers = []
+    for i, tensors in enumerate(parts):
+        blob = json.dumps(
+            {
+                n: {"dtype": d, "shape": s, "data_offsets": [0, len(b)]}
+                for n, (d, s, b) in tensors.items()
+            }
+        ).encode()
+        size = 8 + len(blob) + sum(len(b) for _, _, b in tensors.values())
+        headers.append(parse_header_bytes(f"s{i}", struct.pack("<Q", len(blob)), blob, size))
+    return TensorTable.of(h.columns for h in headers), headers
+
+
+def test_tensor_table_is_the_merged_mapping_in_name_order() -> None:
+    table, headers = _table(
+        {"m.2": ("U8", [2], b"xx")}, {"m.10": ("BF16", [1], b"yy"), "a": ("U8", [0], b"")}
+    )
+    assert table is not None
+    merged = {**headers[0].tensors, **headers[1].tensors}
+    assert list(table) == sorted(merged) == ["a", "m.10", "m.2"]
+    assert table == merged and len(table) == 3
+    assert table["m.10"] == headers[1].tensors["m.10"] and table["m.10"].file == "s1"
+    assert "m.2" in table and "m.3" not in table and table.get("m.3") is None
+    with pytest.raises(KeyError):
+        table["m.3"]
+    assert total_nbytes(table) == total_nbytes(merged) == 4
+    assert files_of(table) == files_of(merged) == {"s0", "s1"}
+
+
+def test_tensor_table_refuses_a_name_in_two_files() -> None:
+    table, _ = _table({"w": ("U8", [1], b"x")}, {"w": ("U8", [1], b"y")})
+    assert table is None

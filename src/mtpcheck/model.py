@@ -7,7 +7,9 @@ standard library, so every other layer can depend on it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +47,105 @@ class TensorMeta:
         for d in self.shape:
             n *= d
         return n
+
+
+@dataclass(frozen=True)
+class TensorColumns:
+    """The tensors of one file, column by column in header order (one object per file, not
+    per tensor: a DeepSeek-V3 checkpoint declares 92k tensors)."""
+
+    file: str
+    file_size: int
+    """Bytes the file holds; a tensor ending past it is unreadable."""
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[tuple[int, ...]]
+    offsets: array
+    """Absolute byte offset of each tensor's first byte (``array('q')``)."""
+    sizes: array
+    """Bytes of each tensor (``array('q')``)."""
+
+    def meta(self, i: int, name: str) -> TensorMeta:
+        offset = self.offsets[i]
+        nbytes = self.sizes[i]
+        return TensorMeta(
+            name=name,
+            dtype=self.dtypes[i],
+            shape=self.shapes[i],
+            file=self.file,
+            offset=offset,
+            nbytes=nbytes,
+            readable=offset + nbytes <= self.file_size,
+        )
+
+
+class TensorTable(Mapping[str, TensorMeta]):
+    """Tensor metadata of several files as one mapping in name order, kept in their columns:
+    a :class:`TensorMeta` is built when a name is looked up. Names must be unique across the
+    files (:meth:`of` returns None otherwise)."""
+
+    __slots__ = ("_parts", "_starts", "_position", "_sorted")
+
+    def __init__(self, parts: list[TensorColumns], position: dict[str, int]) -> None:
+        self._parts = parts
+        self._starts = [0] * len(parts)
+        start = 0
+        for k, part in enumerate(parts):
+            self._starts[k] = start
+            start += len(part.names)
+        self._position = position
+        self._sorted: list[str] | None = None
+
+    @classmethod
+    def of(cls, parts: Iterable[TensorColumns]) -> TensorTable | None:
+        """The table of ``parts``, or None when a name occurs twice."""
+        parts = list(parts)
+        position: dict[str, int] = {}
+        start = 0
+        for part in parts:
+            position.update(zip(part.names, range(start, start + len(part.names)), strict=True))
+            start += len(part.names)
+        return cls(parts, position) if len(position) == start else None
+
+    def __getitem__(self, name: str) -> TensorMeta:
+        i = self._position[name]
+        k = bisect_right(self._starts, i) - 1
+        return self._parts[k].meta(i - self._starts[k], name)
+
+    def get(self, name: str, default: TensorMeta | None = None) -> TensorMeta | None:  # type: ignore[override]
+        return self[name] if name in self._position else default
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._position
+
+    def __iter__(self) -> Iterator[str]:
+        if self._sorted is None:
+            self._sorted = sorted(self._position)
+        return iter(self._sorted)
+
+    def __len__(self) -> int:
+        return len(self._position)
+
+    def __repr__(self) -> str:
+        return f"TensorTable({len(self)} tensors in {len(self._parts)} files)"
+
+    @property
+    def parts(self) -> tuple[TensorColumns, ...]:
+        return tuple(self._parts)
+
+
+def total_nbytes(tensors: Mapping[str, TensorMeta]) -> int:
+    """Bytes of all ``tensors`` (summed column by column for a :class:`TensorTable`)."""
+    if isinstance(tensors, TensorTable):
+        return sum(sum(part.sizes) for part in tensors.parts)
+    return sum(m.nbytes for m in tensors.values())
+
+
+def files_of(tensors: Mapping[str, TensorMeta]) -> set[str]:
+    """The files holding ``tensors``."""
+    if isinstance(tensors, TensorTable):
+        return {part.file for part in tensors.parts if part.names}
+    return {m.file for m in tensors.values()}
 
 
 @dataclass(frozen=True)

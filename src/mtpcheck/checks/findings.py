@@ -11,6 +11,7 @@ from mtpcheck.model import (
     Status,
     TensorComparison,
     TensorStatus,
+    files_of,
 )
 
 
@@ -69,7 +70,7 @@ def integrity_check(checkpoints: list[tuple[str, Checkpoint]]) -> CheckResult:
             for issue in ckpt.issues
         )
         if not ckpt.issues:
-            files = {m.file for m in ckpt.tensors.values()}
+            files = files_of(ckpt.tensors)
             findings.append(
                 Finding(
                     prefix + Path(ckpt.path).name,

@@ -11,7 +11,7 @@ import click
 from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
 from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.cli.stderr_log import StderrLog
-from mtpcheck.model import Report
+from mtpcheck.model import Report, total_nbytes
 from mtpcheck.units import human_size
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
         written = run(hf, dst, log=log)
         log(
             f"wrote {written} ({len(hf.tensors)} tensors, "
-            f"{human_size(sum(m.nbytes for m in hf.tensors.values()))}) in "
+            f"{human_size(total_nbytes(hf.tensors))}) in "
             f"{time.monotonic() - started:.1f} s"
         )
 

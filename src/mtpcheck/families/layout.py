@@ -19,7 +19,13 @@ from mtpcheck.families.catalog import (
     QUANT_COMPANION_SUFFIXES,
 )
 from mtpcheck.families.interface import CopyPolicy, MtpFamily
-from mtpcheck.model import Checkpoint, CheckpointSummary, MtpLayerReport, TensorMeta
+from mtpcheck.model import (
+    Checkpoint,
+    CheckpointSummary,
+    MtpLayerReport,
+    TensorMeta,
+    total_nbytes,
+)
 
 _MISSING = object()
 _ONE_BYTE_FLOATS = ("F8_E4M3", "F8_E5M2")
@@ -522,6 +528,6 @@ def summarise(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckpointSummary:
         declared_by=analysis.declared.source,
         num_hidden_layers=analysis.num_hidden_layers,
         tensor_count=len(ckpt.tensors),
-        total_bytes=sum(m.nbytes for m in ckpt.tensors.values()),
+        total_bytes=total_nbytes(ckpt.tensors),
         mtp_layers=analysis.layers,
     )

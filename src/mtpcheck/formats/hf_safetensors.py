@@ -20,7 +20,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
-from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
+from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta, TensorTable
 
 INDEX_SUFFIX = ".safetensors.index.json"
 
@@ -181,7 +181,7 @@ def read_index(index_file: Path) -> dict[str, str]:
 
 def _open_indexed(
     root: Path, index_file: Path
-) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
     weight_map = read_index(index_file)
     issues: list[IntegrityIssue] = []
     headers: dict[str, ShardHeader] = {}
@@ -215,30 +215,25 @@ def _open_indexed(
 
 def indexed_tensors(
     weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
-) -> dict[str, TensorMeta]:
+) -> Mapping[str, TensorMeta]:
     """The tensors loaders see through the index; disagreements with the headers are added to
     ``issues``."""
     tensors = _as_indexed(weight_map, headers)
     return tensors if tensors is not None else _reconcile(weight_map, headers, issues)
 
 
-def _as_indexed(
-    weight_map: dict[str, str], headers: dict[str, ShardHeader]
-) -> dict[str, TensorMeta] | None:
+def _as_indexed(weight_map: dict[str, str], headers: dict[str, ShardHeader]) -> TensorTable | None:
     """The usual case, checked in bulk: every shard is present and holds exactly the tensors
     the index gives it. Returns the tensors in name order, or None (then :func:`_reconcile`
     works out and words what disagrees)."""
     # Each header's names all map to that header's shard, and the counts agree: then no name
     # is in two shards, none is unindexed, and every indexed name is held (a bijection).
-    if sum(len(h.tensors) for h in headers.values()) != len(weight_map):
+    if sum(len(h.columns.names) for h in headers.values()) != len(weight_map):
         return None
     for shard, header in headers.items():
-        if not all(map(shard.__eq__, map(weight_map.get, header.tensors))):
+        if not all(map(shard.__eq__, map(weight_map.get, header.columns.names))):
             return None
-    merged: dict[str, TensorMeta] = {}
-    for header in headers.values():
-        merged.update(header.tensors)
-    return dict(sorted(merged.items()))
+    return TensorTable.of(h.columns for h in headers.values())
 
 
 def _reconcile(
@@ -289,7 +284,9 @@ def _reconcile(
     return tensors
 
 
-def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+def _open_unindexed(
+    shards: list[Path],
+) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
     headers = [read_header(str(p)) for p in shards]
     tensors, issues = unindexed_tensors(headers)
     return tensors, [*truncation_issues(headers), *issues]
@@ -297,8 +294,12 @@ def _open_unindexed(shards: list[Path]) -> tuple[dict[str, TensorMeta], list[Int
 
 def unindexed_tensors(
     headers: Iterable[ShardHeader],
-) -> tuple[dict[str, TensorMeta], list[IntegrityIssue]]:
+) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
     """Shards without an index, merged in order; a name stored twice is an issue."""
+    headers = list(headers)
+    table = TensorTable.of(h.columns for h in headers)
+    if table is not None:
+        return table, []
     issues: list[IntegrityIssue] = []
     tensors: dict[str, TensorMeta] = {}
     for header in headers:

@@ -33,7 +33,7 @@ from mtpcheck.formats.hf_safetensors import (
     unindexed_tensors,
 )
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
-from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta
+from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta, files_of
 from mtpcheck.units import human_size
 
 SCHEME = "hf://"
@@ -277,7 +277,7 @@ def open_hub(
         traffic = Traffic()
         client = _Client(ref, _endpoint(), traffic)
         checkpoint = _open_online(ref, client, fetch_bytes)
-        shards = len({m.file for m in checkpoint.tensors.values()})
+        shards = len(files_of(checkpoint.tensors))
         then = "; tensor bytes by range as checks need them" if fetch_bytes else ", no tensor bytes"
         log(
             f"{ref}: fetched {human_size(traffic.bytes)} in {traffic.requests} requests "

@@ -9,15 +9,21 @@ import json
 import os
 import stat
 import struct
-from dataclasses import dataclass, fields
+from array import array
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from mtpcheck.dtypes import BITS_BY_DTYPE
 from mtpcheck.errors import HeaderError
-from mtpcheck.model import TensorMeta
+from mtpcheck.model import TensorColumns, TensorMeta
 
 MAX_HEADER_BYTES = 100_000_000
 """The safetensors format caps its JSON header at 100 MB."""
+MAX_DATA_END = 1 << 62
+"""No file holds this many bytes; offsets beyond it are refused (they are kept as int64)."""
+
+_DTYPES = {d: d for d in BITS_BY_DTYPE}  # one shared string per dtype code
 
 
 @dataclass(frozen=True)
@@ -25,7 +31,7 @@ class ShardHeader:
     """The parsed header of one safetensors file."""
 
     path: str
-    tensors: dict[str, TensorMeta]
+    columns: TensorColumns
     metadata: dict[str, str]
     data_bytes_declared: int
     data_bytes_on_disk: int
@@ -33,6 +39,12 @@ class ShardHeader:
     @property
     def truncated(self) -> bool:
         return self.data_bytes_on_disk < self.data_bytes_declared
+
+    @cached_property
+    def tensors(self) -> dict[str, TensorMeta]:
+        """Each tensor's metadata, in header order (built on first use)."""
+        c = self.columns
+        return {name: c.meta(i, name) for i, name in enumerate(c.names)}
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -63,9 +75,14 @@ def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) 
         text = header[:n].decode("utf-8")
     except UnicodeDecodeError as e:
         raise HeaderError(path, f"header is not UTF-8 ({e.reason} at byte {e.start})") from e
-    fast = _parse_common(path, text, 8 + n, file_size)
+    fast = parse_common(path, text, 8 + n, file_size)
     if fast is not None:
         return fast
+    return _parse_careful(path, text, 8 + n, file_size)
+
+
+def _parse_careful(path: str, text: str, data_start: int, file_size: int) -> ShardHeader:
+    """Tensor by tensor, naming the first fault found."""
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deep
@@ -76,132 +93,137 @@ def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) 
     metadata = raw.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise HeaderError(path, "__metadata__ is not an object")
-    data_start = 8 + n
-    on_disk = file_size - data_start
-    tensors: dict[str, TensorMeta] = {}
-    spans: list[tuple[int, int, str]] = []
-    for name, entry in raw.items():
-        meta = _tensor_entry(path, name, entry)
-        begin, end, dtype, shape = meta
-        spans.append((begin, end, name))
-        tensors[name] = TensorMeta(
-            name=name,
-            dtype=dtype,
-            shape=shape,
-            file=path,
-            offset=data_start + begin,
-            nbytes=end - begin,
-            readable=end <= on_disk,
-        )
-    declared = _check_layout(path, spans)
+    entries = [_tensor_entry(path, name, entry) for name, entry in raw.items()]
+    declared = _check_layout(
+        path, [(b, e, name) for (b, e, _, _), name in zip(entries, raw, strict=True)]
+    )
+    if data_start + declared > MAX_DATA_END:
+        raise HeaderError(path, f"data_offsets declare {declared} bytes, more than a file holds")
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+    columns = TensorColumns(
+        file=path,
+        file_size=file_size,
+        names=list(raw),
+        dtypes=[_DTYPES[d] for _, _, d, _ in entries],
+        shapes=[shapes.setdefault(s, s) for _, _, _, s in entries],
+        offsets=array("q", [data_start + b for b, _, _, _ in entries]),
+        sizes=array("q", [e - b for b, e, _, _ in entries]),
+    )
     return ShardHeader(
         path=path,
-        tensors=tensors,
+        columns=columns,
         metadata={str(k): str(v) for k, v in metadata.items()},
         data_bytes_declared=declared,
-        data_bytes_on_disk=max(on_disk, 0),
+        data_bytes_on_disk=max(file_size - data_start, 0),
     )
 
 
-_META_FIELDS = ("name", "dtype", "shape", "file", "offset", "nbytes", "readable")
+def parse_common(path: str, text: str, data_start: int, file_size: int) -> ShardHeader | None:
+    """The usual header, parsed fast: the same result as the careful parse, or None whenever
+    anything is unusual (it then decides, and words the error). About twice as fast on a
+    DeepSeek-V3 checkpoint's 92k tensors.
 
-
-def _fast_meta(
-    name: str, dtype: str, shape: tuple[int, ...], file: str, offset: int, nbytes: int, ok: bool
-) -> TensorMeta:
-    """``TensorMeta(...)`` in two thirds of the time (once per tensor, ~90k times for
-    DeepSeek-V3): the frozen dataclass's ``__init__`` sets each field through
-    ``object.__setattr__``; this fills the instance dict directly, in field order."""
-    meta = object.__new__(TensorMeta)
-    fields_ = meta.__dict__
-    fields_["name"] = name
-    fields_["dtype"] = dtype
-    fields_["shape"] = shape
-    fields_["file"] = file
-    fields_["offset"] = offset
-    fields_["nbytes"] = nbytes
-    fields_["readable"] = ok
-    return meta
-
-
-# only while TensorMeta is the plain dataclass _fast_meta assumes
-_meta = (
-    _fast_meta
-    if tuple(f.name for f in fields(TensorMeta)) == _META_FIELDS
-    and not hasattr(TensorMeta, "__slots__")
-    and not hasattr(TensorMeta, "__post_init__")
-    else TensorMeta
-)
-
-
-def _parse_common(path: str, text: str, data_start: int, file_size: int) -> ShardHeader | None:
-    """The usual header, parsed at C speed: the same result as the checks of
-    :func:`parse_header_bytes`, or None whenever anything is unusual (they then decide, and
-    word the error). About 3x faster on a 90k-tensor checkpoint.
-
-    Objects are parsed as tuples of pairs (no Python call per object); duplicate keys show as
-    a dict shorter than its pairs. Accepted: a top-level object whose entries are objects of
-    exactly ``dtype``, ``shape`` and ``data_offsets`` with valid values, and an optional
-    ``__metadata__`` object of strings, so no deeper object can hide a duplicate key.
+    Accepted: a top-level object whose entries are objects of exactly ``dtype``, ``shape`` and
+    ``data_offsets`` with valid values, and an optional ``__metadata__`` object of strings,
+    in a text without backslashes. JSON objects are parsed as plain dicts, which keep the last
+    of duplicate keys silently; the colons prove there were none. Without backslashes every
+    ``:`` outside a string separates one key from its value, so a text whose colons number
+    exactly the keys of the parsed objects held no duplicate key anywhere (and no colon
+    inside a string).
     """
+    if "\\" in text:
+        return None
     try:
-        pairs = json.loads(text, object_pairs_hook=tuple)
+        raw = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if type(pairs) is not tuple:
+    if type(raw) is not dict:
         return None
-    raw = dict(pairs)
-    if len(raw) != len(pairs):
+    keys = len(raw)
+    metadata = raw.pop("__metadata__", None)
+    if metadata is not None:
+        if type(metadata) is not dict or set(map(type, metadata.values())) - {str}:
+            return None
+        keys += len(metadata)
+    if text.count(":") != keys + 3 * len(raw):
         return None
-    metadata: dict[str, str] = {}
-    meta_pairs = raw.pop("__metadata__", None)
-    if meta_pairs is not None:
-        if type(meta_pairs) is not tuple:
-            return None
-        metadata = dict(meta_pairs)
-        if len(metadata) != len(meta_pairs) or set(map(type, metadata.values())) - {str}:
-            return None
-    on_disk = file_size - data_start
-    tensors: dict[str, TensorMeta] = {}
-    spans: list[tuple[int, int, str]] = []
-    for name, entry_pairs in raw.items():
-        if type(entry_pairs) is not tuple or len(entry_pairs) != 3:
-            return None
-        (k1, dtype), (k2, shape), (k3, offsets) = entry_pairs
-        if k1 != "dtype" or k2 != "shape" or k3 != "data_offsets":  # not the usual key order
-            entry = dict(entry_pairs)
-            dtype = entry.get("dtype")
-            shape = entry.get("shape")
-            offsets = entry.get("data_offsets")
-        # JSON values: ``type(x) is int`` is an int that is not a bool
-        bits = BITS_BY_DTYPE.get(dtype) if type(dtype) is str else None
-        if not bits or type(shape) is not list or type(offsets) is not list or len(offsets) != 2:
-            return None
-        begin, end = offsets
-        if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
-            return None
-        numel = 1
-        for d in shape:
-            if type(d) is not int or d < 0:
-                return None
-            numel *= d
-        if numel * bits % 8 or numel * bits // 8 != end - begin:
-            return None
-        spans.append((begin, end, name))
-        tensors[name] = _meta(
-            name, dtype, tuple(shape), path, data_start + begin, end - begin, end <= on_disk
-        )
-    try:
-        declared = _check_layout(path, spans)
-    except HeaderError:
+    columns = _entry_columns(raw, data_start)
+    if columns is None:
+        return None
+    dtypes, shapes, offsets, sizes, declared = columns
+    if data_start + declared > MAX_DATA_END:
         return None
     return ShardHeader(
         path=path,
-        tensors=tensors,
-        metadata=metadata,
+        columns=TensorColumns(
+            file=path,
+            file_size=file_size,
+            names=list(raw),
+            dtypes=dtypes,
+            shapes=shapes,
+            offsets=array("q", offsets),
+            sizes=array("q", sizes),
+        ),
+        metadata=metadata or {},
         data_bytes_declared=declared,
-        data_bytes_on_disk=max(on_disk, 0),
+        data_bytes_on_disk=max(file_size - data_start, 0),
     )
+
+
+def _entry_columns(
+    raw: dict[str, Any], data_start: int
+) -> tuple[list[str], list[tuple[int, ...]], list[int], list[int], int] | None:
+    """(dtypes, shapes, absolute offsets, sizes, data bytes) of the entries, or None when one
+    is not ``{"dtype": code, "shape": [sizes], "data_offsets": [begin, end]}`` with values
+    that agree, or they do not tile the data section. One tight loop: it runs ~90k times for
+    DeepSeek-V3 (JSON values: ``type(x) is int`` is an int that is not a bool)."""
+    dtypes: list[str] = []
+    shapes: list[tuple[int, ...]] = []
+    begins: list[int] = []
+    sizes: list[int] = []
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple per distinct shape
+    bits_of = BITS_BY_DTYPE
+    chained = True  # each tensor starts where the one before it ends (header order)
+    position = 0
+    try:
+        for entry in raw.values():
+            if type(entry) is not dict or len(entry) != 3:
+                return None
+            dtype = entry["dtype"]
+            shape = entry["shape"]
+            offsets = entry["data_offsets"]
+            bits = bits_of.get(dtype) if type(dtype) is str else None
+            if not bits or type(shape) is not list or type(offsets) is not list:
+                return None
+            begin, end = offsets
+            if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
+                return None
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    return None
+                bits *= d
+            if bits % 8 or bits // 8 != end - begin:
+                return None
+            if begin != position:
+                chained = False
+            position = end
+            t = tuple(shape)
+            dtypes.append(_DTYPES[dtype])
+            shapes.append(shared.setdefault(t, t))
+            begins.append(begin)
+            sizes.append(end - begin)
+    except (KeyError, ValueError):  # a key missing; data_offsets not a pair
+        return None
+    if chained:
+        declared = position
+    else:
+        spans = sorted(zip(begins, sizes, strict=True))
+        declared = 0
+        for begin, size in spans:
+            if begin != declared:
+                return None
+            declared = begin + size
+    return dtypes, shapes, [data_start + b for b in begins], sizes, declared
 
 
 def _tensor_entry(path: str, name: str, entry: object) -> tuple[int, int, str, tuple[int, ...]]:

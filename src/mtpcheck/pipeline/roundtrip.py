@@ -30,7 +30,7 @@ from mtpcheck.checks.roundtrip_checks import (
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status
+from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, total_nbytes
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
 from mtpcheck.pipeline.memory import release_free_memory
 from mtpcheck.pipeline.progress import with_progress
@@ -205,7 +205,7 @@ def convert(
     source = open_checkpoint(source_path)
     if not opts.to_megatron or not opts.to_hf:
         builtin.require_writable(source)  # the built-in stages need a family they can map
-    check_disk(work, int(DISK_MARGIN * 2 * sum(m.nbytes for m in source.tensors.values())))
+    check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
     megatron_dir = work / "megatron"
     log(f"{STAGE1}: converting into {megatron_dir}")
