@@ -165,6 +165,21 @@ def test_inspect_and_safetensors_diff_import_no_heavy_modules(args: list[str]) -
     assert out.stdout.strip().splitlines()[-1] == "0 []"
 
 
+def test_inspect_of_safetensors_imports_only_what_it_uses() -> None:
+    """No pickle or Hub reader for a local safetensors checkpoint, and no rich for JSON."""
+    args = ["inspect", str(FIXTURES / "deepseek_v3"), "--format", "json"]
+    code = (
+        "import sys\n"
+        "from mtpcheck.cli import main\n"
+        f"rc = main({args!r})\n"
+        "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m in (\n"
+        "    'mtpcheck.formats.safe_pickle', 'mtpcheck.formats.torch_save_record',\n"
+        "    'mtpcheck.formats.hub', 'mtpcheck.report.table', 'zipfile', 'pickle')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
+
+
 @pytest.mark.parametrize("fmt", ["json", "table"])
 @pytest.mark.parametrize(("fixture", "code"), [("mimo", 0), ("count_too_high", 1)])
 def test_a_reader_that_leaves_early_gets_no_traceback(

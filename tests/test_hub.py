@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mtpcheck.formats.hub import HubRef, parse_ref
+from mtpcheck.formats.hub_ref import HubRef, parse_ref
 from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit
 from tests.hub_server import FakeHub, HubServer
 from tests.test_families_2026 import FAMILIES_2026

@@ -96,15 +96,15 @@ def check_output_path(option: str, path: Path | None) -> None:
 def _emit(report: Report, opts: OutputOptions) -> str | None:
     """Print the report, then write the report files; returns why a file could not be
     written (the report on stdout is never lost to it)."""
-    from mtpcheck.report import STDOUT_RENDERERS, JunitRenderer, MarkdownRenderer
+    from mtpcheck.report import renderer
 
-    STDOUT_RENDERERS[opts.format]().render(report, sys.stdout)
+    renderer(opts.format).render(report, sys.stdout)
     sys.stdout.flush()
-    for renderer, path in ((JunitRenderer(), opts.junit_xml), (MarkdownRenderer(), opts.markdown)):
+    for kind, path in (("junit", opts.junit_xml), ("markdown", opts.markdown)):
         if path is not None:
             try:
                 with open(path, "w", encoding="utf-8") as stream:
-                    renderer.render(report, stream)
+                    renderer(kind).render(report, stream)
             except OSError as e:
                 return f"{path}: cannot write the report file ({e.strerror or e})"
     return None
@@ -126,7 +126,7 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
         if opts.debug:
             traceback.print_exc()
         if opts.format == "json":
-            from mtpcheck.report import error_dict
+            from mtpcheck.report.json_ import error_dict
 
             path = e.path if isinstance(e, InputError) else ""
             reason = e.reason if isinstance(e, InputError) else str(e)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mtpcheck.errors import InputError
 from mtpcheck.formats.hf_safetensors import HfSafetensorsReader
+from mtpcheck.formats.hub_ref import parse_ref
 from mtpcheck.formats.interface import CheckpointReader
 from mtpcheck.formats.megatron_dist import MegatronDistReader
 from mtpcheck.formats.megatron_legacy import MegatronLegacyReader
@@ -50,10 +51,10 @@ def open_input(
     """A local path, or a Hub repository (``hf://ORG/NAME[@REV]``, or a bare ``ORG/NAME`` that
     names no local path) read by its headers; ``fetch_bytes`` lets a Hub repository's tensor
     bytes be read by range."""
-    from mtpcheck.formats.hub import open_hub, parse_ref  # no HTTP stack for local paths
-
     ref = parse_ref(arg)
     if ref is not None:
+        from mtpcheck.formats.hub import open_hub  # no HTTP stack for local paths
+
         return open_hub(ref, fetch_bytes, log)
     return open_checkpoint(arg, trust_pickle)
 

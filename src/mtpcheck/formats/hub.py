@@ -13,7 +13,6 @@ checkpoint.
 from __future__ import annotations
 
 import os
-import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,11 +31,11 @@ from mtpcheck.formats.hf_safetensors import (
     truncation_issues,
     unindexed_tensors,
 )
+from mtpcheck.formats.hub_ref import HubRef
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
 from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta, files_of
 from mtpcheck.units import human_size
 
-SCHEME = "hf://"
 MAX_HEADER_BYTES = 100 * 2**20
 CONCURRENCY = 16
 PREFETCH_MAX_BYTES = 64 * 2**20
@@ -45,36 +44,6 @@ RETRIES = 4
 BACKOFF_S = 0.5
 INDEX_FILE = "model" + INDEX_SUFFIX
 SINGLE_FILE = "model.safetensors"
-
-_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-@dataclass(frozen=True)
-class HubRef:
-    """A repository and the revision asked for (None: the default branch)."""
-
-    repo: str
-    revision: str | None = None
-    bare: bool = False
-    """Named without ``hf://`` (then it was no local path either: errors say so)."""
-
-    def __str__(self) -> str:
-        return SCHEME + self.repo + (f"@{self.revision}" if self.revision else "")
-
-
-def parse_ref(text: str) -> HubRef | None:
-    """The Hub repository ``text`` names, or None when it names a local path."""
-    bare = not text.startswith(SCHEME)
-    if not bare:
-        body = text[len(SCHEME) :]
-    elif _REPO_ID.fullmatch(text.split("@", 1)[0]) and not Path(text).exists():
-        body = text
-    else:
-        return None
-    repo, _, revision = body.partition("@")
-    if not _REPO_ID.fullmatch(repo) or ".." in repo or (text.endswith("@") and not revision):
-        raise InputError(text, "not a Hub repository: expected hf://ORG/NAME[@REVISION]")
-    return HubRef(repo, revision or None, bare)
 
 
 @dataclass

@@ -27,6 +27,9 @@ assembled. Keys are mapped to canonical names
 the JSON-safe fields of ``common.pt['args']``, overlaid by ``run_config.yaml``'s ``model:``
 section, plus ``model_type: "megatron"``. ``mtp_num_layers`` keeps its saved value, ``None``
 included (MTP off); ``num_layers`` is counted from the tensors when no config declares it.
+
+The pickle readers are imported where a Megatron checkpoint is read, so that sniffing (every
+input passes through it) and ``inspect`` of a Hugging Face checkpoint do not import them.
 """
 
 from __future__ import annotations
@@ -61,12 +64,6 @@ from mtpcheck.formats.megatron_common import (
     tensor_chunks,
     unpadded_rows,
 )
-from mtpcheck.formats.safe_pickle import (
-    load_raw_pickle,
-    load_tensor_blob,
-    load_torch_file,
-)
-from mtpcheck.formats.torch_save_record import locate_tensor
 from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
 
 FORMAT = "megatron-torch-dist"
@@ -168,6 +165,8 @@ class MegatronDistReader:
                 "metadata.json is missing (the save did not finish; metadata.json is written last)",
             )
         _check_metadata_json(directory / "metadata.json")
+        from mtpcheck.formats.safe_pickle import load_raw_pickle
+
         metadata = load_raw_pickle(metadata_file, trust_pickle=self.trust_pickle)
         config, config_path, issues = _load_config(directory, metadata, self.trust_pickle)
         plans, plan_issues = _build_plans(metadata_file, metadata, config)
@@ -242,6 +241,8 @@ def _embedded_common_state(
             raise InputError(directory / relative, e.strerror or str(e)) from e
         if len(blob) != length:
             raise InputError(directory / relative, f"truncated: {fqn} lies past its end")
+        from mtpcheck.formats.safe_pickle import load_torch_file
+
         content = load_torch_file(where, trust_pickle=trust_pickle, blob=blob)
         # megatron-core saves the ShardedObject's data as a one-element list
         if isinstance(content, list) and len(content) == 1:
@@ -261,6 +262,8 @@ def _load_config(
         None if common.is_file() else _embedded_common_state(directory, metadata, trust_pickle)
     )
     if common.is_file():
+        from mtpcheck.formats.safe_pickle import load_torch_file
+
         content = load_torch_file(common, trust_pickle=trust_pickle)
         args = content.get("args") if isinstance(content, dict) else None
         config.update(args_config(args))
@@ -579,6 +582,8 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
     out = written = None
     for piece in plan.pieces:
         path = directory / piece.file
+        from mtpcheck.formats.safe_pickle import load_tensor_blob
+
         chunk = load_tensor_blob(_read_range(path, piece.offset, piece.length), path)
         if not isinstance(chunk, torch.Tensor) or chunk.numel() != math.prod(piece.chunk_sizes):
             raise InputError(path, f"chunk at byte {piece.offset} is not the expected tensor")
@@ -620,6 +625,8 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
             fd = descriptors.get(piece.file)
             if fd is None:
                 fd = descriptors[piece.file] = os.open(directory / piece.file, os.O_RDONLY)
+            from mtpcheck.formats.torch_save_record import locate_tensor
+
             raw = locate_tensor(fd, piece.offset, piece.length)
             n = len(piece.fixed)
             inner = piece.chunk_sizes[n:]

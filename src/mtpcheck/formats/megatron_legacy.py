@@ -57,7 +57,6 @@ from mtpcheck.formats.megatron_common import (
     tensor_chunks,
     unpadded_rows,
 )
-from mtpcheck.formats.safe_pickle import load_torch_file
 from mtpcheck.model import IntegrityIssue, TensorMeta
 
 FORMAT = "megatron-legacy"
@@ -173,6 +172,8 @@ def _load_rank(rank_dir: Path, trust_pickle: bool, file_sizes: dict[str, int]) -
     if not file.is_file():
         raise InputError(rank_dir, f"no {RANK_FILE} in this rank directory")
     file_sizes[str(file)] = _size(file)
+    from mtpcheck.formats.safe_pickle import load_torch_file  # only Megatron inputs need it
+
     content = load_torch_file(file, trust_pickle=trust_pickle, mmap=True)
     if not isinstance(content, dict):
         raise InputError(file, f"expected a dict, found {type(content).__name__}")

@@ -1,20 +1,27 @@
-"""Renderers of a finished report, keyed by the name the CLI exposes."""
+"""Renderers of a finished report, keyed by the name the CLI exposes.
+
+Each renderer's module is imported when it is asked for: ``--format json`` never imports rich.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
 
 from mtpcheck.report.interface import Renderer
-from mtpcheck.report.json_ import JsonRenderer, error_dict
-from mtpcheck.report.junit import JunitRenderer
-from mtpcheck.report.markdown import MarkdownRenderer
-from mtpcheck.report.table import TableRenderer
 
-STDOUT_RENDERERS: dict[str, type[Renderer]] = {"table": TableRenderer, "json": JsonRenderer}
-"""Choices of ``--format``."""
+_RENDERERS = {
+    "table": ("mtpcheck.report.table", "TableRenderer"),
+    "json": ("mtpcheck.report.json_", "JsonRenderer"),
+    "junit": ("mtpcheck.report.junit", "JunitRenderer"),
+    "markdown": ("mtpcheck.report.markdown", "MarkdownRenderer"),
+}
 
-__all__ = [
-    "STDOUT_RENDERERS",
-    "JsonRenderer",
-    "JunitRenderer",
-    "MarkdownRenderer",
-    "Renderer",
-    "TableRenderer",
-    "error_dict",
-]
+
+def renderer(name: str) -> Renderer:
+    """A renderer by name: ``table``, ``json``, ``junit`` or ``markdown``."""
+    module, cls = _RENDERERS[name]
+    made: Renderer = getattr(import_module(module), cls)()
+    return made
+
+
+__all__ = ["Renderer", "renderer"]
