@@ -101,6 +101,12 @@ def test_valid_header_lists_tensors_with_absolute_offsets(tmp_path: Path) -> Non
             "duplicate tensor name 'a'",
         ),
         ({"a": "nope"}, b"", None, "entry is not an object"),
+        (
+            {"a": {"dtype": "U8", "shape": [2**62], "data_offsets": [0, 2**62]}},
+            b"x",
+            None,
+            f"data_offsets declare {2**62} bytes, more than a file holds",
+        ),
     ],
 )
 def test_malformed_headers_raise_with_the_reason(
