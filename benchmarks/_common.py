@@ -84,12 +84,17 @@ def alternate(
     repeats: int,
     warmup: int = 1,
     before_each: Callable[[], None] | None = None,
+    rotate: bool = False,
 ) -> dict[str, list[Measured]]:
     """Run every runner in turn, ``repeats`` rounds (after ``warmup`` untimed rounds);
-    ``before_each`` (untimed) runs before every runner."""
+    ``before_each`` (untimed) runs before every runner. With ``rotate`` each round starts one
+    runner later, so that no runner always follows the same one (what a command leaves
+    behind, e.g. freed disk blocks, can slow the next)."""
     results: dict[str, list[Measured]] = {name: [] for name in runners}
+    order = list(runners.items())
     for round_ in range(warmup + repeats):
-        for name, runner in runners.items():
+        shift = round_ % len(order) if rotate else 0
+        for name, runner in order[shift:] + order[:shift]:
             if before_each is not None:
                 before_each()
             m = runner()
