@@ -295,7 +295,8 @@ def _open_unindexed(
 def unindexed_tensors(
     headers: Iterable[ShardHeader],
 ) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
-    """Shards without an index, merged in order; a name stored twice is an issue."""
+    """Shards without an index, merged; a name stored in two shards is an issue, and the
+    first shard's copy is the one loaders see."""
     headers = list(headers)
     table = TensorTable.of(h.columns for h in headers)
     if table is not None:
