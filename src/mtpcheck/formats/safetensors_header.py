@@ -120,8 +120,9 @@ def _parse_careful(path: str, text: str, data_start: int, file_size: int) -> Sha
 
 def parse_common(path: str, text: str, data_start: int, file_size: int) -> ShardHeader | None:
     """The usual header, parsed fast: the same result as the careful parse, or None whenever
-    anything is unusual (it then decides, and words the error). About twice as fast on a
-    DeepSeek-V3 checkpoint's 92k tensors.
+    anything is unusual (it then decides, and words the error). DeepSeek-V3's 163 headers
+    (92k tensors) take 0.14 to 0.19 s, against 0.24 to 0.37 s for the tuple-of-pairs parse with
+    one metadata object per tensor that it replaced.
 
     Accepted: a top-level object whose entries are objects of exactly ``dtype``, ``shape`` and
     ``data_offsets`` with valid values, and an optional ``__metadata__`` object of strings,
