@@ -11,6 +11,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -86,13 +87,11 @@ class TensorTable(Mapping[str, TensorMeta]):
 
     __slots__ = ("_parts", "_starts", "_position", "_sorted")
 
-    def __init__(self, parts: list[TensorColumns], position: dict[str, int]) -> None:
+    def __init__(
+        self, parts: list[TensorColumns], starts: list[int], position: dict[str, int]
+    ) -> None:
         self._parts = parts
-        self._starts = [0] * len(parts)
-        start = 0
-        for k, part in enumerate(parts):
-            self._starts[k] = start
-            start += len(part.names)
+        self._starts = starts  # each part's first position in the columns laid end to end
         self._position = position
         self._sorted: list[str] | None = None
 
@@ -100,12 +99,12 @@ class TensorTable(Mapping[str, TensorMeta]):
     def of(cls, parts: Iterable[TensorColumns]) -> TensorTable | None:
         """The table of ``parts``, or None when a name occurs twice."""
         parts = list(parts)
+        starts = [0, *accumulate(len(part.names) for part in parts)]
         position: dict[str, int] = {}
-        start = 0
-        for part in parts:
+        for part, start in zip(parts, starts[:-1], strict=True):
             position.update(zip(part.names, range(start, start + len(part.names)), strict=True))
-            start += len(part.names)
-        return cls(parts, position) if len(position) == start else None
+        unique = len(position) == starts[-1]
+        return cls(parts, starts[:-1], position) if unique else None
 
     def __getitem__(self, name: str) -> TensorMeta:
         i = self._position[name]

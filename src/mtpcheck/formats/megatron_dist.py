@@ -579,11 +579,11 @@ def _tensor_metas(
 def _assemble(directory: Path, plan: _Plan) -> Any:
     import torch
 
+    from mtpcheck.formats.safe_pickle import load_tensor_blob
+
     out = written = None
     for piece in plan.pieces:
         path = directory / piece.file
-        from mtpcheck.formats.safe_pickle import load_tensor_blob
-
         chunk = load_tensor_blob(_read_range(path, piece.offset, piece.length), path)
         if not isinstance(chunk, torch.Tensor) or chunk.numel() != math.prod(piece.chunk_sizes):
             raise InputError(path, f"chunk at byte {piece.offset} is not the expected tensor")
@@ -615,6 +615,8 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
     """The tensor's bytes as byte ranges of the data files, in C order; None unless every
     piece is a plain tensor record of the plan's dtype whose part of the tensor is whole rows,
     the pieces tiling the rows exactly (then torch assembles it)."""
+    from mtpcheck.formats.torch_save_record import locate_tensor
+
     dtype = safetensors_dtype(plan.dtype)
     width = element_size(plan.dtype)
     row_bytes = math.prod(plan.shape[1:]) * width
@@ -625,8 +627,6 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
             fd = descriptors.get(piece.file)
             if fd is None:
                 fd = descriptors[piece.file] = os.open(directory / piece.file, os.O_RDONLY)
-            from mtpcheck.formats.torch_save_record import locate_tensor
-
             raw = locate_tensor(fd, piece.offset, piece.length)
             n = len(piece.fixed)
             inner = piece.chunk_sizes[n:]
