@@ -30,17 +30,24 @@ class MtpcheckError(Exception):
     """Base class of every error mtpcheck raises on purpose."""
 
 
-class InputError(MtpcheckError):
-    """An input file or directory is unreadable or malformed (exit 2).
-
-    The message always reads ``"{path}: {reason}"`` on a single line (see :func:`one_line`), so
-    that it tells the user which file is at fault and why.
-    """
+class PathError(MtpcheckError):
+    """An error about one file or folder. The message always reads ``"{path}: {reason}"`` on
+    a single line (see :func:`one_line`), so that it tells the user which file is at fault and
+    why."""
 
     def __init__(self, path: str | Path, reason: str) -> None:
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{one_line(self.path)}: {one_line(reason)}")
+
+    def __reduce__(self) -> tuple[type[PathError], tuple[str, str]]:
+        # rebuilt from (path, reason), not from the message: errors cross process boundaries
+        # (torch.distributed's object collectives, torchrun ranks) by pickle
+        return type(self), (self.path, self.reason)
+
+
+class InputError(PathError):
+    """An input file or directory is unreadable or malformed (exit 2)."""
 
 
 class HeaderError(InputError):
@@ -49,3 +56,8 @@ class HeaderError(InputError):
 
 class ConfigError(InputError):
     """A config.json is unreadable, not JSON, or declares impossible values."""
+
+
+class DamagedInput(PathError):
+    """A readable checkpoint with a defect that a command will not work from (``convert`` of a
+    source that fails its audit): a finding about the checkpoint, exit 1."""

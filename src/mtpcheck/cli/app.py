@@ -17,7 +17,7 @@ import click
 from mtpcheck import __version__
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.cli.stderr_log import StderrLog
-from mtpcheck.errors import ExitCode, InputError, MtpcheckError
+from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
 from mtpcheck.model import Report
 
 FORMATS = ("table", "json")
@@ -128,11 +128,10 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
         if opts.format == "json":
             from mtpcheck.report.json_ import error_dict
 
-            path = e.path if isinstance(e, InputError) else ""
-            reason = e.reason if isinstance(e, InputError) else str(e)
+            path = e.path if isinstance(e, PathError) else ""
+            reason = e.reason if isinstance(e, PathError) else str(e)
             print(json.dumps(error_dict(command, path, reason), indent=2))
-        click.echo(f"mtpcheck: error: {e}", err=True)
-        return ExitCode.BAD_INPUT
+        return _error_line(e)
     except KeyboardInterrupt:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
@@ -180,6 +179,16 @@ def cli() -> None:
     """Prove that a checkpoint's Multi-Token-Prediction (MTP) layers survive."""
 
 
+def _error_line(e: MtpcheckError) -> int:
+    """Say ``e`` in one line on stderr; its exit code: 1 for a checkpoint refused for its
+    defects, 2 for input mtpcheck cannot handle."""
+    if isinstance(e, DamagedInput):
+        click.echo(f"mtpcheck: refused: {e}", err=True)
+        return ExitCode.FINDINGS
+    click.echo(f"mtpcheck: error: {e}", err=True)
+    return ExitCode.BAD_INPUT
+
+
 def run_action(action: Callable[[], None], debug: bool) -> int:
     """Exit-code mapping for commands that write instead of report."""
     try:
@@ -187,8 +196,7 @@ def run_action(action: Callable[[], None], debug: bool) -> int:
     except MtpcheckError as e:
         if debug:
             traceback.print_exc()
-        click.echo(f"mtpcheck: error: {e}", err=True)
-        return ExitCode.BAD_INPUT
+        return _error_line(e)
     except KeyboardInterrupt:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
