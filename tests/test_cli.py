@@ -41,6 +41,7 @@ def test_json_schema(run_cli) -> None:
         "family",
         "mtp-count",
         "mtp-layers",
+        "mtp-shapes",
         "shared-copies",
     ]
     for check in report["checks"]:
@@ -75,7 +76,14 @@ def test_junit_and_markdown_files(run_cli, fixture_copy, tmp_path: Path) -> None
     suite = ET.parse(junit).getroot()
     assert suite.tag == "testsuite" and suite.get("failures") == "1"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert list(cases) == ["integrity", "family", "mtp-count", "mtp-layers", "shared-copies"]
+    assert list(cases) == [
+        "integrity",
+        "family",
+        "mtp-count",
+        "mtp-layers",
+        "mtp-shapes",
+        "shared-copies",
+    ]
     failure = cases["mtp-count"].find("failure")
     assert failure is not None and "config declares 0" in failure.get("message", "")
     assert cases["shared-copies"].find("skipped") is not None

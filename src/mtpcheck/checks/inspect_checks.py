@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.header_match import compare_by_headers
+from mtpcheck.checks.shape_checks import shapes_check
 from mtpcheck.checks.tensor_match import compare
 from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
 from mtpcheck.model import (
@@ -31,12 +32,17 @@ def family_check(analysis: MtpAnalysis) -> CheckResult:
         model_type = analysis.model_type or "absent"
         finding = Finding(f.key, Status.PASS, f"{f.display} (model_type {model_type}, {shape})")
     else:
+        if analysis.declared.source == "no config.json":
+            subject, what = "config.json", "no config.json, so no model_type"
+        elif analysis.model_type is None:
+            subject, what = "model_type", "config.json names no model_type"
+        else:
+            subject, what = analysis.model_type, f"unknown model_type {analysis.model_type!r}"
         finding = Finding(
-            str(analysis.model_type),
+            subject,
             Status.WARN,
-            f"unknown model_type {analysis.model_type!r}: MTP tensors located by name "
-            "heuristics (layers >= num_hidden_layers, 'mtp', 'nextn', 'eh_proj'); "
-            "layer completeness not checked",
+            f"{what}: MTP tensors located by name heuristics (layers >= num_hidden_layers, "
+            "'mtp', 'nextn', 'eh_proj'); layer completeness not checked",
         )
     return CheckResult("family", "MTP family", (finding,))
 
@@ -122,18 +128,25 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
             )
         else:
             total = len(layer.present) + len(layer.missing)
-            shown = ", ".join(layer.missing[:4]) + (" ..." if len(layer.missing) > 4 else "")
-            findings.append(
-                Finding(
-                    subject,
-                    Status.FAIL,
-                    f"{where}: {len(layer.missing)} of {total} tensors missing: {shown}",
-                    details,
+            parts = []
+            if layer.missing:
+                parts.append(
+                    f"{len(layer.missing)} of {total} tensors missing: {_few(layer.missing)}"
                 )
-            )
+            if layer.unreadable:
+                parts.append(
+                    f"{len(layer.unreadable)} of {total} tensors unreadable (their bytes are cut "
+                    f"off): {_few(layer.unreadable)}"
+                )
+            details = {**details, "unreadable": list(layer.unreadable)}
+            findings.append(Finding(subject, Status.FAIL, f"{where}: {'; '.join(parts)}", details))
     if not findings:
         findings.append(Finding("mtp layers", Status.SKIP, "no MTP layers present"))
     return CheckResult("mtp-layers", "MTP layer completeness", tuple(findings))
+
+
+def _few(names: tuple[str, ...], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
 
 
 def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
@@ -154,6 +167,16 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
             )
         elif c.status is TensorStatus.EXTRA:
             findings.append(Finding(copy, Status.WARN, f"{main} is absent; nothing to compare to"))
+        elif c.status is TensorStatus.UNREADABLE:
+            cut = [n for n in (main, copy) if not ckpt.tensors[n].readable]
+            findings.append(
+                Finding(
+                    copy,
+                    Status.FAIL,
+                    f"not compared with {main}: the bytes of {' and '.join(cut)} are cut off "
+                    "(file truncated)",
+                )
+            )
         else:
             findings.append(
                 Finding(copy, Status.FAIL, f"diverged from {main}: {describe(c, main, copy)}")
@@ -182,6 +205,7 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         family_check(analysis),
         count_check(analysis),
         layers_check(analysis),
+        shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),
     )
     return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)

@@ -53,6 +53,8 @@ class MtpAnalysis:
     """(copy tensor, main tensor) pairs for copies present in the checkpoint."""
     reference_layers: Mapping[int, str]
     """MTP depth -> prefix of the main decoder layer its block was compared against."""
+    mirrors: tuple[tuple[str, str], ...] = ()
+    """(MTP block prefix, prefix of the main decoder layer it mirrors), one per block."""
 
     @property
     def mtp_names(self) -> frozenset[str]:
@@ -155,6 +157,11 @@ def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
     for name in ("i", "n", "first", "last"):
         body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
+
+
+def matches_template(template: str, name: str) -> bool:
+    """Whether ``name`` is ``template`` with its placeholders filled by layer numbers."""
+    return _pattern(template, prefix_only=False).match(name) is not None
 
 
 def _past(prefix: str) -> str:
@@ -416,6 +423,7 @@ def analyse(
 
     layers = []
     references: dict[int, str] = {}
+    mirrors: list[tuple[str, str]] = []
     copies: list[tuple[str, str]] = []
     for i in sorted(wanted):
         present = members.get(i, set())
@@ -438,6 +446,7 @@ def analyse(
                 continue
             main_prefix = family.main_layer_prefix.replace("{k}", str(picked[0]))
             matched.append(main_prefix)
+            mirrors.append((prefix, main_prefix))
             expected = _in_block_form(picked[1], inner, main_prefix, tensors)
             missing |= _lacking(family, expected - inner, prefix, tensors)
         if matched:
@@ -452,6 +461,7 @@ def analyse(
         layers=tuple(layers),
         copies=tuple(copies),
         reference_layers=references,
+        mirrors=tuple(mirrors),
     )
 
 
@@ -484,6 +494,7 @@ def _layer_report(
         missing=tuple(sorted(missing)),
         nbytes=sum(m.nbytes for m in metas),
         dtypes=tuple(sorted({m.dtype for m in metas})),
+        unreadable=tuple(sorted(m.name for m in metas if not m.readable)),
     )
 
 

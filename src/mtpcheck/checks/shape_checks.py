@@ -1,0 +1,107 @@
+"""MTP tensors must have the shapes the config and the main layers they mirror imply.
+
+A transposed or resized MTP tensor still has its name, so completeness and the count pass it;
+a serving engine then fails to load it, or loads it wrongly. Three expectations, each only
+where its inputs are known: the projection is ``[H, 2H]`` (``[H, H]`` for families that
+project embedding and hidden state apart), the norms of the MTP head are ``[H]``, and a tensor of an
+MTP block has the shape of the same tensor in the main decoder layer the block mirrors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
+from mtpcheck.families.layout import lookup, matches_template
+from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+
+NAME = "mtp-shapes"
+TITLE = "MTP tensor shapes"
+
+
+def hidden_size(config: Mapping[str, Any]) -> int | None:
+    """The model width, where the config states it as a positive integer."""
+    for key in ("hidden_size", "text_config.hidden_size"):
+        value = lookup(config, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _norms(family: MtpFamily) -> tuple[str, ...]:
+    """Templates of the MTP-only norms known to be ``[H]``: the embedding, hidden and final
+    norms of the family's MTP head, where the registry names them (a family with
+    hyper-connections normalises a state several H wide)."""
+    parts = family.megatron_wrapper or family.head_parts
+    return (parts[0], parts[1], parts[3]) if parts else ()
+
+
+def _wrapper_expectations(
+    family: MtpFamily, hidden: int, name: str
+) -> tuple[tuple[int, ...], str] | None:
+    """The shape an MTP-only tensor must have, and how it follows from ``hidden``."""
+    if family.projection and matches_template(family.projection, name):
+        if family.concat_order is ConcatOrder.SPLIT:
+            return (hidden, hidden), f"[hidden_size, hidden_size] with hidden_size {hidden}"
+        return (hidden, 2 * hidden), f"[hidden_size, 2 * hidden_size] with hidden_size {hidden}"
+    for template in _norms(family):
+        if matches_template(template, name):
+            return (hidden,), f"[hidden_size] with hidden_size {hidden}"
+    return None
+
+
+def _mirror_of(analysis: MtpAnalysis, name: str) -> str | None:
+    """The main-layer tensor that ``name`` (in an MTP block) mirrors, by its relative name."""
+    for block, main in analysis.mirrors:
+        if name.startswith(block):
+            return main + name[len(block) :]
+    return None
+
+
+def _skip(reason: str) -> CheckResult:
+    return CheckResult(NAME, TITLE, (Finding("mtp shapes", Status.SKIP, reason),))
+
+
+def shapes_check(
+    analysis: MtpAnalysis, tensors: Mapping[str, TensorMeta], config: Mapping[str, Any]
+) -> CheckResult:
+    """One FAIL per MTP tensor whose shape disagrees; one PASS line when none does."""
+    family = analysis.family
+    if family is None:
+        return _skip("family unknown: expected shapes not known")
+    if family.drafter is not Drafter.INSIDE:
+        return _skip("no MTP layers inside this checkpoint")
+    names = [n for layer in analysis.layers for n in layer.present]
+    if not names:
+        return _skip("no MTP layers present")
+    hidden = hidden_size(config)
+    findings = []
+    checked = 0
+    for name in names:
+        shape = tensors[name].shape
+        expected = _wrapper_expectations(family, hidden, name) if hidden else None
+        mirror = _mirror_of(analysis, name)
+        if expected is None and mirror is not None and mirror in tensors:
+            expected = tensors[mirror].shape, f"as {mirror}, the main-layer tensor it mirrors"
+        if expected is None:
+            continue
+        checked += 1
+        want, why = expected
+        if shape != want:
+            findings.append(
+                Finding(
+                    name,
+                    Status.FAIL,
+                    f"shape {list(shape)}, expected {list(want)} ({why})",
+                    {"shape": list(shape), "expected": list(want)},
+                )
+            )
+    if findings:
+        return CheckResult(NAME, TITLE, tuple(findings))
+    width = f"hidden_size {hidden}" if hidden else "no hidden_size in the config"
+    message = (
+        f"{checked} of {len(names)} MTP tensors checked ({width}; block tensors against the "
+        "main layers they mirror): all as expected"
+    )
+    return CheckResult(NAME, TITLE, (Finding("mtp shapes", Status.PASS, message),))
