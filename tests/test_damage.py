@@ -78,13 +78,16 @@ def test_transformers_save_pretrained_drops_mtp_and_keeps_the_count(
     assert missing == mtp and len(mtp) == 32
     assert _failing(_json(diffed), "config") == []
 
-    # A pre-release gate must fail here too: the round trip checks the source before it
-    # converts, although the conversion itself loses nothing more.
+    # A pre-release gate must fail here too: the round trip audits the source and converts
+    # nothing, so no stage is blamed for what the source already lost.
     tripped = run_cli("roundtrip", out, "--workdir", tmp_path, "--format", "json")
     assert tripped.exit_code == 1, tripped
     report = _json(tripped)
     failed = {c["name"] for c in report["checks"] if c["status"] == "fail"}
-    assert failed == {"source-mtp-count", "source-mtp-layers", "final-mtp-count"}
+    assert failed == {"source-mtp-count", "source-mtp-layers"}
+    assert [c["name"] for c in report["checks"]][-1] == "stage1-convert"
+    assert _findings(report, "stage1-convert")[0][0] == "skip"
+    assert list(tmp_path.glob("mtpcheck-roundtrip-*")) == []
     assert _failing(report, "source-mtp-count") == [
         (
             "mtp-count",
@@ -227,8 +230,27 @@ def test_truncated_shard(fixture_copy, run_cli) -> None:
     assert subject == SHARD2
     assert message == (
         f"{SHARD2} is truncated: header declares 13752 data bytes, the file holds 13652 "
-        "(3 tensors cut off)"
+        "(3 tensors cut off: model.layers.2.shared_head.head.weight, "
+        "model.layers.2.shared_head.norm.weight, model.norm.weight)"
     )
+    # the MTP layer is not whole when some of its bytes are gone, and a cut-off copy is not
+    # "diverged": it could not be compared
+    assert _failing(_json(run), "mtp-layers") == [
+        (
+            "mtp layer 0",
+            "model.layers.2.: 2 of 32 tensors unreadable (their bytes are cut off): "
+            "model.layers.2.shared_head.head.weight, model.layers.2.shared_head.norm.weight",
+        )
+    ]
+    assert _failing(_json(run), "shared-copies") == [
+        (
+            "model.layers.2.shared_head.head.weight",
+            "not compared with lm_head.weight: the bytes of "
+            "model.layers.2.shared_head.head.weight are cut off (file truncated)",
+        )
+    ]
+    (layer,) = _json(run)["inputs"][0]["mtp_layers"]
+    assert layer["complete"] is False and len(layer["unreadable"]) == 2
     diffed = run_cli("diff", DS, damaged, "--format", "json")
     assert diffed.exit_code == 1, diffed
     assert _failing(_json(diffed), "tensors") == [

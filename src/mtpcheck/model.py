@@ -170,6 +170,9 @@ class Checkpoint(Protocol):
     tensors: Mapping[str, TensorMeta]
     """Every tensor the checkpoint holds, by its native name."""
     issues: tuple[IntegrityIssue, ...]
+    cross_checked: str
+    """What the reader checked against each other when it opened the checkpoint, in words
+    (``headers and index``, ``a single header``): the integrity check's "consistent" line."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         """Yield the raw bytes of tensor ``name`` in order, ``chunk_bytes`` at a time (the last
@@ -267,10 +270,13 @@ class MtpLayerReport:
     missing: tuple[str, ...]
     nbytes: int
     dtypes: tuple[str, ...]
+    unreadable: tuple[str, ...] = ()
+    """Present tensors whose bytes the files do not hold in full (a truncated shard)."""
 
     @property
     def complete(self) -> bool:
-        return not self.missing
+        """Every tensor the layer needs is there and readable."""
+        return not self.missing and not self.unreadable
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,19 @@ def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -
     )
 
 
+def first_failure(checks: tuple[CheckResult, ...]) -> tuple[CheckResult, Finding] | None:
+    """The first failing finding of ``checks``, in report order, with its check."""
+    for check in checks:
+        for finding in check.findings:
+            if finding.status is Status.FAIL:
+                return check, finding
+    return None
+
+
+def failing_count(checks: tuple[CheckResult, ...]) -> int:
+    return sum(1 for check in checks for f in check.findings if f.status is Status.FAIL)
+
+
 def integrity_check(checkpoints: list[tuple[str, Checkpoint]]) -> CheckResult:
     """Reader-reported structural problems, one FAIL each; PASS when there are none."""
     findings: list[Finding] = []
@@ -75,8 +88,8 @@ def integrity_check(checkpoints: list[tuple[str, Checkpoint]]) -> CheckResult:
                 Finding(
                     prefix + Path(ckpt.path).name,
                     Status.PASS,
-                    f"{len(ckpt.tensors)} tensors in {len(files)} file(s); headers and index "
-                    "consistent",
+                    f"{len(ckpt.tensors)} tensors in {len(files)} file(s); "
+                    f"{ckpt.cross_checked} consistent",
                 )
             )
     return CheckResult("integrity", "Files, headers and index", tuple(findings))

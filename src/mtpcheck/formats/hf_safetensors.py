@@ -20,7 +20,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
-from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta, TensorTable
+from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta, TensorTable, files_of
 
 INDEX_SUFFIX = ".safetensors.index.json"
 
@@ -34,6 +34,7 @@ class HfCheckpoint:
     config_path: str | None
     tensors: Mapping[str, TensorMeta]
     issues: tuple[IntegrityIssue, ...]
+    cross_checked: str = "headers"
     format: str = "hf-safetensors"
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
@@ -76,7 +77,15 @@ class HfSafetensorsReader:
             config_path=config_path,
             tensors=tensors,
             issues=tuple(issues),
+            cross_checked=cross_checked(index_file is not None, len(files_of(tensors))),
         )
+
+
+def cross_checked(indexed: bool, files: int) -> str:
+    """What opening a safetensors checkpoint checked, in words."""
+    if indexed:
+        return "headers and index"
+    return "header" if files <= 1 else "headers (no index)"
 
 
 @contextmanager
@@ -319,6 +328,11 @@ def unindexed_tensors(
     return tensors, issues
 
 
+def _few(names: list[str], shown: int = 4) -> str:
+    rest = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
+
+
 def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
     issues = []
     for header in headers:
@@ -331,7 +345,7 @@ def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
                     name,
                     f"{name} is truncated: header declares {header.data_bytes_declared} data "
                     f"bytes, the file holds {header.data_bytes_on_disk} "
-                    f"({len(cut)} tensors cut off)",
+                    f"({len(cut)} tensors cut off: {_few(cut)})",
                 )
             )
         elif header.data_bytes_on_disk > header.data_bytes_declared:

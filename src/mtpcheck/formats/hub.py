@@ -26,6 +26,7 @@ from mtpcheck.errors import HeaderError, InputError
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.hf_safetensors import (
     INDEX_SUFFIX,
+    cross_checked,
     indexed_tensors,
     read_index,
     truncation_issues,
@@ -82,6 +83,7 @@ class HubCheckpoint:
     files: Mapping[str, RemoteFile]
     client: _Client = field(repr=False, compare=False)
     fetch_bytes: bool = False
+    cross_checked: str = "headers"
     format: str = "hf-hub"
     _prefetched: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
@@ -328,6 +330,7 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
         config_path=config_path,
         tensors=tensors,
         issues=tuple(issues),
+        cross_checked=cross_checked(bool(weight_map), len(headers)),
         ref=ref,
         commit=commit,
         files=files,

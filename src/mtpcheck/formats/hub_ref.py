@@ -27,12 +27,18 @@ class HubRef:
         return SCHEME + self.repo + (f"@{self.revision}" if self.revision else "")
 
 
+def _names_a_local_path(text: str) -> bool:
+    """``text`` exists here, or its first part is a local folder (a mistyped path such as
+    ``fixtures/mimoo``: ``fixtures/`` is here, so no Hub repository is meant)."""
+    return Path(text).exists() or Path(text.split("/", 1)[0]).is_dir()
+
+
 def parse_ref(text: str) -> HubRef | None:
     """The Hub repository ``text`` names, or None when it names a local path."""
     bare = not text.startswith(SCHEME)
     if not bare:
         body = text[len(SCHEME) :]
-    elif _REPO_ID.fullmatch(text.split("@", 1)[0]) and not Path(text).exists():
+    elif _REPO_ID.fullmatch(text.split("@", 1)[0]) and not _names_a_local_path(text):
         body = text
     else:
         return None

@@ -106,6 +106,7 @@ class MegatronDistCheckpoint:
     issues: tuple[IntegrityIssue, ...]
     directory: str
     plans: Mapping[str, _Plan] = field(repr=False)
+    cross_checked: str = ".metadata and the data files"
     format: str = FORMAT
 
     def byte_spans(self, name: str) -> list[ByteSpan] | None:

@@ -91,6 +91,7 @@ class MegatronLegacyCheckpoint:
     entries: Mapping[str, _Entry] = field(repr=False)
     file_sizes: Mapping[str, int] = field(repr=False, default_factory=dict)
     """Size of each rank file when it was memory-mapped."""
+    cross_checked: str = "the rank files' shards"
     format: str = FORMAT
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:

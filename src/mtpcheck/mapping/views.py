@@ -136,6 +136,7 @@ class MappedCheckpoint:
     direction: str
     sources: Mapping[str, str] = field(default_factory=dict)
     """Name here -> name(s) it is computed from in ``source``, for messages."""
+    cross_checked: str = "its source's names, mapped"
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         if self.direction == "to-megatron":

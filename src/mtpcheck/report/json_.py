@@ -38,6 +38,7 @@ def _input(s: CheckpointSummary) -> dict[str, Any]:
                 "complete": layer.complete,
                 "tensors": list(layer.present),
                 "missing": list(layer.missing),
+                "unreadable": list(layer.unreadable),
                 "nbytes": layer.nbytes,
                 "dtypes": list(layer.dtypes),
             }

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mtpcheck.model import AcceptanceResult, CheckpointSummary, Report, Status
+from mtpcheck.model import AcceptanceResult, CheckpointSummary, MtpLayerReport, Report, Status
 from mtpcheck.units import human_size
 
 STYLE = {
@@ -37,7 +37,7 @@ def _input_table(s: CheckpointSummary, label: str) -> Table:
         ("tensors", f"{s.tensor_count} ({s.total_bytes:,} bytes, {human_size(s.total_bytes)})"),
     ]
     for layer in s.mtp_layers:
-        state = "complete" if layer.complete else f"{len(layer.missing)} missing"
+        state = "complete" if layer.complete else _incomplete(layer)
         rows.append(
             (
                 f"MTP layer {layer.index}",
@@ -48,6 +48,13 @@ def _input_table(s: CheckpointSummary, label: str) -> Table:
     for key, value in rows:
         table.add_row(Text(key), Text(value))
     return table
+
+
+def _incomplete(layer: MtpLayerReport) -> str:
+    parts = [f"{len(layer.missing)} missing"] if layer.missing else []
+    if layer.unreadable:
+        parts.append(f"{len(layer.unreadable)} unreadable")
+    return ", ".join(parts)
 
 
 def _ci(value: float, low: float | None, high: float | None, signed: bool = False) -> str:
