@@ -107,8 +107,12 @@ def _json(run: Run) -> dict[str, Any]:
 def test_glm_roundtrip_verdicts(glm: Kept) -> None:
     assert glm.exit_code == 1, glm
     assert _statuses(glm.report) == {
+        "source-integrity": "pass",
+        "source-family": "pass",
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",
+        "source-mtp-shapes": "pass",
+        "source-shared-copies": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
         "stage1-tensors": "fail",
@@ -244,8 +248,12 @@ def test_mimo_stock_mbridge_cannot_build_the_model(run_cli, tmp_path: Path) -> N
 def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
     assert mimo.exit_code == 1, mimo
     assert _statuses(mimo.report) == {
+        "source-integrity": "pass",
+        "source-family": "pass",
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",
+        "source-mtp-shapes": "pass",
+        "source-shared-copies": "skip",  # MiMo stores no copies
         "stage1-convert": "pass",
         "stage1-mtp-count": "warn",  # a bare dist_checkpointing.save records no args
         "stage1-tensors": "fail",

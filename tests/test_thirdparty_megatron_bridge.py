@@ -77,8 +77,12 @@ def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: Kept) -> None:
     assert deepseek.exit_code == 1
     report = deepseek.report
     assert _statuses(report) == {
+        "source-integrity": "pass",
+        "source-family": "pass",
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",
+        "source-mtp-shapes": "pass",
+        "source-shared-copies": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
         "stage1-tensors": "fail",
@@ -120,8 +124,12 @@ def test_glm45_router_bias_rounded_and_copies_not_exported(glm: Kept) -> None:
     assert glm.exit_code == 1
     report = glm.report
     assert _statuses(report) == {
+        "source-integrity": "pass",
+        "source-family": "pass",
         "source-mtp-count": "pass",
         "source-mtp-layers": "pass",
+        "source-mtp-shapes": "pass",
+        "source-shared-copies": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "pass",
         "stage1-tensors": "fail",
@@ -178,18 +186,25 @@ def test_builtin_export_of_the_bridge_checkpoint(
     bridge_run: Kept = request.getfixturevalue(family)
     source = FIXTURES / ("deepseek_v3" if family == "deepseek" else "glm4_moe")
     out = tmp_path / "hf"
-    result = CliRunner().invoke(
-        cli,
-        [
-            "convert",
-            "megatron-to-hf",
-            str(bridge_run.megatron),
-            str(out),
-            "--hf-config",
-            str(source / "config.json"),
-            "--copies",
-        ],
-    )
+
+    def export(hf_config: Path) -> Any:
+        args = [str(bridge_run.megatron), str(out), "--hf-config", str(hf_config), "--copies"]
+        return CliRunner().invoke(cli, ["convert", "megatron-to-hf", *args])
+
+    result = export(source / "config.json")
+    if family == "deepseek":
+        # the bridge left the MTP layer out: an HF checkpoint declaring it would be a lie, so
+        # the export is refused and writes nothing; declared as 0 it goes through
+        assert result.exit_code == 1, result.stderr
+        assert result.stderr.startswith(
+            f"mtpcheck: refused: {bridge_run.megatron}: not converted: the HF checkpoint it "
+            "would write does not back the config it would carry: mtp-count: config declares "
+            "1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint holds no MTP weights"
+        )
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+        config = {**json.loads((source / "config.json").read_text()), "num_nextn_predict_layers": 0}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        result = export(tmp_path / "config.json")
     assert result.exit_code == 0, result.stderr
     code, report = _mtpcheck("diff", source, out, "--all")
     assert code == 1

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe
-from mtpcheck.checks.inspect_checks import count_check, layers_check
+from mtpcheck.checks.inspect_checks import count_check, inspect_report
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.mapping import MappedCheckpoint, TensorMapping, as_megatron
@@ -40,14 +40,14 @@ def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
 
 
 def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
-    """The source must hold the MTP layers it declares, complete, before anything is converted:
-    a checkpoint that already lost them would otherwise round-trip "bit for bit" with only the
-    embedding and head in scope."""
-    analysis = analyse(source.config, source.tensors, source.config_path)
-    count, layers = count_check(analysis), layers_check(analysis)
-    return (
-        CheckResult("source-mtp-count", "Source: declared vs present MTP layers", count.findings),
-        CheckResult("source-mtp-layers", "Source: MTP layer completeness", layers.findings),
+    """Stage 0: every ``inspect`` check on the source (integrity, family, count, layers,
+    shapes, shared copies), named ``source-*``. A source that fails one is not converted: its
+    defects would otherwise come out of both stages and be blamed on a converter, or a source
+    that already lost its MTP layers would round-trip "bit for bit" with only the embedding
+    and head in scope."""
+    return tuple(
+        CheckResult(f"source-{c.name}", f"Source: {c.title}", c.findings)
+        for c in inspect_report(source).checks
     )
 
 

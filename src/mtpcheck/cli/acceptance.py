@@ -146,6 +146,10 @@ def accept(
         raise click.BadParameter("workload names must be unique", param_hint="--workload")
 
     def build() -> Report:
+        from mtpcheck.accept.preflight import preflight
+
+        checkpoints = [ckpt] if compare is None else [ckpt, compare]
+        preflight(checkpoints, [path for _, path in workloads], trust_pickle)
         from mtpcheck.accept.runner import AcceptOptions, run_accept
 
         options = AcceptOptions(

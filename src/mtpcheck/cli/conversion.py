@@ -121,16 +121,18 @@ def convert() -> None:
 @click.argument("dst", type=click.Path(path_type=Path))
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
-    """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST."""
+    """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST.
+
+    SRC must pass `mtpcheck inspect` first: a source that fails it is refused (exit 1, the
+    first failing finding named). Nothing is left at DST when the conversion fails or stops.
+    """
 
     def action() -> None:
-        from mtpcheck.convert.builtin import hf_to_megatron as run
-        from mtpcheck.formats import open_checkpoint
+        from mtpcheck.pipeline.gated_convert import hf_to_megatron as run
 
         log = StderrLog()
-        hf = open_checkpoint(src)
         started = time.monotonic()
-        written = run(hf, dst, log=log)
+        written, hf = run(src, dst, log)
         log(
             f"wrote {written} ({len(hf.tensors)} tensors, "
             f"{human_size(total_nbytes(hf.tensors))}) in "
@@ -157,16 +159,20 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: bool) -> None:
-    """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST."""
+    """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST.
+
+    SRC must pass `mtpcheck inspect`, and the HF checkpoint it maps to must hold the MTP
+    layers --hf-config declares; otherwise it is refused (exit 1). Nothing is left at DST when
+    the conversion fails or stops.
+    """
 
     def action() -> None:
-        from mtpcheck.convert.builtin import megatron_to_hf as run
-        from mtpcheck.formats import open_checkpoint
         from mtpcheck.formats.config_json import read_config
+        from mtpcheck.pipeline.gated_convert import megatron_to_hf as run
 
         log = StderrLog()
         started = time.monotonic()
-        files = run(open_checkpoint(src), dst, read_config(hf_config), copies, log=log)
+        files = run(src, dst, read_config(hf_config), copies, False, log)
         size = sum(f.stat().st_size for f in files)
         log(
             f"wrote {dst} ({len(files)} safetensors file(s), {human_size(size)}) in "

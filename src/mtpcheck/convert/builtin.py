@@ -37,11 +37,17 @@ _TORCH_DTYPE = {
 
 HF_FORMAT = "hf-safetensors"
 OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
+"""What to do instead, said by ``roundtrip`` (whose options those are)."""
+CONVERT_ELSEWHERE = (
+    "convert it with your own tool and compare with `mtpcheck diff SRC MEGATRON`, or round-trip "
+    "it with `mtpcheck roundtrip SRC --to-megatron CMD --to-hf CMD`"
+)
+"""What to do instead, said by ``convert hf-to-megatron``."""
 
 
-def require_writable(hf: Checkpoint) -> str:
+def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
     """The writer's family key for ``hf``; input the built-in converter cannot take is
-    refused up front, saying what to do instead (an :class:`InputError`: exit 2)."""
+    refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""
     from mtpcheck.convert import megatron_config
     from mtpcheck.mapping.plan import MappingError, mappable_family
 
@@ -55,12 +61,12 @@ def require_writable(hf: Checkpoint) -> str:
     try:
         family = mappable_family(hf.config)
     except MappingError as e:
-        raise InputError(hf.path, f"{e}; {OWN_CONVERTER}") from e
+        raise InputError(hf.path, f"{e}; {instead}") from e
     key = WRITER_FAMILY.get(family.key, family.key)
     info = megatron_config.FAMILIES.get(key)
     if info is None or not info.writable:
         raise InputError(
-            hf.path, f"the built-in converter cannot write {family.display} yet; {OWN_CONVERTER}"
+            hf.path, f"the built-in converter cannot write {family.display} yet; {instead}"
         )
     return key
 

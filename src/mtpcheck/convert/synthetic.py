@@ -84,7 +84,7 @@ def build_synthetic(source: Path, dst: Path, seed: int = 0) -> Path:
         raise InputError(config_path, f"--synthetic does not support {what} yet")
     count = declared_count(config, family, str(config_path)).value
     tensors, built = _main_model(tiny_config(config), config, seed)
-    tensors.update(_mtp_tensors(tensors, built, family, count or 1, seed))
+    tensors.update(_mtp_tensors(tensors, built, family, count or 0, seed))
     return _write(dst, tensors, config, built, family)
 
 

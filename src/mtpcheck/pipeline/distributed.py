@@ -37,6 +37,7 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import ConfigError, ExitCode, HeaderError, InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
+from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import runs_of_bytes
 from mtpcheck.pipeline.roundtrip import (
     Conversions,
@@ -47,7 +48,6 @@ from mtpcheck.pipeline.roundtrip import (
     make_workdir,
     open_outputs,
     release_workdir,
-    sigterm_as_interrupt,
 )
 from mtpcheck.ticker import Ticker
 
@@ -373,7 +373,7 @@ def _convert_alone(
             return work, convert(opts, work, log), None
     except BaseException as e:  # every rank must learn it at the rendezvous
         if work is not None:  # nothing left to read
-            release_workdir(opts, work, log)
+            release_workdir(opts, work)
         return None, None, e
 
 
@@ -435,4 +435,4 @@ def roundtrip_across_ranks(
         if ranks is not None:
             ranks.close()
         if work is not None:  # every rank has passed the final barrier, or failed
-            release_workdir(opts, work, log)
+            release_workdir(opts, work)

@@ -8,14 +8,12 @@ checks its share of the tensors (``mtpcheck.pipeline.distributed``).
 from __future__ import annotations
 
 import shutil
-import signal
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.roundtrip_checks import (
@@ -33,6 +31,7 @@ from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, total_nbytes
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
 from mtpcheck.pipeline.memory import release_free_memory
+from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
 
 DISK_MARGIN = 1.1
@@ -51,24 +50,6 @@ class RoundtripOptions:
     all_tensors: bool = False
     synthetic: bool = False
     trust_pickle: bool = False
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """CI cancels jobs with SIGTERM: treat it like Ctrl-C so temporary files go."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def check_disk(root: Path, needed: int) -> None:
@@ -139,9 +120,12 @@ class Conversions:
 
     source: Path
     """The checkpoint converted (the synthetic one, with ``--synthetic``)."""
-    stage1: StageRun
+    source_audit: tuple[CheckResult, ...]
+    """Stage 0: ``inspect``'s checks on the source, run before anything is converted."""
+    stage1: StageRun | None
+    """``None``: not run, the source fails its audit."""
     stage2: StageRun | None
-    """``None``: not run, stage 1 left nothing readable."""
+    """``None``: not run, stage 1 did not run or left nothing readable."""
     label: str | None = None
     """How the report names the source when it is not a path the user gave (``--synthetic``:
     the temporary checkpoint is gone by the time the report is read)."""
@@ -163,10 +147,11 @@ def make_workdir(opts: RoundtripOptions) -> Path:
     return Path(tempfile.mkdtemp(prefix="mtpcheck-roundtrip-", dir=root))
 
 
-def release_workdir(opts: RoundtripOptions, work: Path, log: Callable[[str], None]) -> None:
-    """Remove the work directory, or say where it is kept (``--keep``)."""
+def release_workdir(opts: RoundtripOptions, work: Path) -> None:
+    """Remove the work directory, or say where it is kept (``--keep``): on stderr even with
+    ``--quiet``, which silences progress, not what the user asked for."""
     if opts.keep:
-        log(f"kept the round trip's checkpoints in {work}")
+        print(f"mtpcheck: kept the round trip's checkpoints in {work}", file=sys.stderr)
     else:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -180,7 +165,7 @@ def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
             compare = with_progress(compare_many, "comparing", log)
             report = check(conversions, opened, opts.all_tensors, compare)
     finally:
-        release_workdir(opts, work, log)
+        release_workdir(opts, work)
     return report
 
 
@@ -205,6 +190,10 @@ def convert(
     source = open_checkpoint(source_path)
     if not opts.to_megatron or not opts.to_hf:
         builtin.require_writable(source)  # the built-in stages need a family they can map
+    audit = source_checks(source)
+    if any(c.status is Status.FAIL for c in audit):
+        log("the source fails its audit: nothing converted")
+        return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
     check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
     megatron_dir = work / "megatron"
@@ -226,7 +215,7 @@ def convert(
     megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
     stage1 = StageRun(result, megatron_dir, unreadable)
     if megatron is None:
-        return Conversions(source_path, stage1, None, label), Opened(source, None, None)
+        return Conversions(source_path, audit, stage1, None, label), Opened(source, None, None)
 
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
@@ -248,7 +237,7 @@ def convert(
         )
     final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
     stage2 = StageRun(result, final_dir, unreadable)
-    return Conversions(source_path, stage1, stage2, label), Opened(source, megatron, final)
+    return Conversions(source_path, audit, stage1, stage2, label), Opened(source, megatron, final)
 
 
 def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
@@ -268,16 +257,30 @@ def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[Chec
     return checks
 
 
+def _not_converted(audit: tuple[CheckResult, ...]) -> CheckResult:
+    failed = ", ".join(c.name for c in audit if c.status is Status.FAIL)
+    finding = Finding(
+        STAGE1,
+        Status.SKIP,
+        f"not run: the source fails its audit ({failed}); a conversion would carry its defects "
+        "through both stages and blame them on the converter",
+    )
+    return CheckResult("stage1-convert", "Stage 1: converter", (finding,))
+
+
 def check(
     conversions: Conversions, opened: Opened, all_tensors: bool, compare: Compare = compare_many
 ) -> Report:
     """The report on the converted checkpoints; ``compare`` compares the tensors of each stage
     (one call per stage)."""
-    checks = [*source_checks(opened.source)]
-    checks += _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
+    checks = list(conversions.source_audit)
     inputs = [summary_of(opened.source)]
     if conversions.label is not None:
         inputs[0] = replace(inputs[0], path=conversions.label)
+    if conversions.stage1 is None:
+        checks.append(_not_converted(conversions.source_audit))
+        return Report("roundtrip", tuple(inputs), tuple(checks))
+    checks += _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
     if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
     inputs.append(summary_of(opened.megatron))

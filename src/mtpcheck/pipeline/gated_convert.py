@@ -1,0 +1,89 @@
+"""``mtpcheck convert``: the built-in converters behind the audit, writing all or nothing.
+
+A converter copies whatever it is given, so a source that already lost part of its MTP layer
+would come out as a well-formed checkpoint that lost it too, with nothing to say so. Each
+direction therefore runs ``inspect``'s checks on its source first and refuses one that fails
+them (:class:`~mtpcheck.errors.DamagedInput`, exit 1, naming the first failing finding), and
+for Megatron -> HF also checks that the checkpoint it would write backs the MTP count its
+config declares. What passes is written through :func:`fresh_output`: a failure or an
+interrupt leaves no file behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mtpcheck.checks.findings import failing_count, first_failure
+from mtpcheck.checks.inspect_checks import count_check, inspect_report, layers_check
+from mtpcheck.errors import DamagedInput
+from mtpcheck.families import analyse
+from mtpcheck.model import Checkpoint, CheckResult, Report
+from mtpcheck.pipeline.output_dir import fresh_output, require_empty
+
+
+def refuse_if_failing(path: str, checks: tuple[CheckResult, ...], what: str) -> None:
+    """Raise :class:`DamagedInput` naming the first failing finding of ``checks``."""
+    failed = first_failure(checks)
+    if failed is None:
+        return
+    check, finding = failed
+    subject = "" if finding.subject == check.name else f"{finding.subject}: "
+    failing = failing_count(checks)
+    more = f"; {failing} failing findings in all" if failing > 1 else ""
+    raise DamagedInput(
+        path,
+        f"not converted: {what}: {check.name}: {subject}{finding.message}{more} "
+        f"(`mtpcheck inspect {path}` lists every finding)",
+    )
+
+
+def audit(ckpt: Checkpoint) -> Report:
+    """``inspect``'s report on ``ckpt``."""
+    return inspect_report(ckpt)
+
+
+def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Path, Checkpoint]:
+    """Convert the HF checkpoint at ``src`` into ``dst`` once it passes the audit; returns the
+    written checkpoint folder (``dst/release``) and the source as opened."""
+    from mtpcheck.convert import builtin
+    from mtpcheck.formats import open_checkpoint
+
+    require_empty(dst)
+    hf = open_checkpoint(src)
+    builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
+    refuse_if_failing(hf.path, audit(hf).checks, "the source fails its audit")
+    with fresh_output(dst) as partial:
+        written = builtin.hf_to_megatron(hf, partial, log=log)
+    return dst / written.relative_to(partial), hf
+
+
+def megatron_to_hf(
+    src: Path,
+    dst: Path,
+    hf_config: Mapping[str, Any],
+    with_copies: bool,
+    trust_pickle: bool,
+    log: Callable[[str], None],
+) -> list[Path]:
+    """Convert the Megatron checkpoint at ``src`` into HF safetensors at ``dst`` once it passes
+    the audit and the HF checkpoint it maps to backs ``hf_config``'s MTP count; returns the
+    safetensors files written."""
+    from mtpcheck.convert import builtin
+    from mtpcheck.formats import open_checkpoint
+    from mtpcheck.mapping import as_hf
+
+    require_empty(dst)
+    megatron = open_checkpoint(src, trust_pickle)
+    refuse_if_failing(megatron.path, audit(megatron).checks, "the source fails its audit")
+    view = as_hf(megatron, hf_config, with_copies)
+    planned = analyse(view.config, view.tensors)
+    refuse_if_failing(
+        megatron.path,
+        (count_check(planned), layers_check(planned)),
+        "the HF checkpoint it would write does not back the config it would carry",
+    )
+    with fresh_output(dst) as partial:
+        files = builtin.megatron_to_hf(megatron, partial, hf_config, with_copies, log=log)
+    return [dst / f.relative_to(partial) for f in files]
