@@ -336,17 +336,24 @@ def test_roundtrip_of_a_megatron_checkpoint_is_usage_not_a_finding() -> None:
 
 
 def test_roundtrip_of_a_family_the_builtin_converter_lacks_says_what_to_do(
-    fixture_copy, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    src = fixture_copy("glm4_moe")
-    config = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**config, "model_type": "longcat_flash"}))
+    src = FIXTURES / "step3p7"  # passes its audit; no Megatron mapping
     run = _mtpcheck("roundtrip", src, "--workdir", tmp_path / "w")
     assert run.returncode == 2
     assert run.stderr == (
-        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for LongCat-Flash yet; bring your "
+        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet; bring your "
         "own converter with --to-megatron and --to-hf\n"
     )
+    assert list((tmp_path / "w").iterdir()) == []
+    converted = _mtpcheck("convert", "hf-to-megatron", src, tmp_path / "out")
+    assert converted.returncode == 2
+    assert converted.stderr == (
+        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet; convert it with "
+        "your own tool and compare with `mtpcheck diff SRC MEGATRON`, or round-trip it with "
+        "`mtpcheck roundtrip SRC --to-megatron CMD --to-hf CMD`\n"
+    )
+    assert not (tmp_path / "out").exists()
 
 
 def test_convert_refuses_a_full_destination_before_importing_megatron(tmp_path: Path) -> None:

@@ -113,6 +113,7 @@ def test_glm_roundtrip_verdicts(glm: Kept) -> None:
         "source-mtp-layers": "pass",
         "source-mtp-shapes": "pass",
         "source-shared-copies": "pass",
+        "source-main-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
         "stage1-tensors": "fail",
@@ -254,6 +255,7 @@ def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
         "source-mtp-layers": "pass",
         "source-mtp-shapes": "pass",
         "source-shared-copies": "skip",  # MiMo stores no copies
+        "source-main-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "warn",  # a bare dist_checkpointing.save records no args
         "stage1-tensors": "fail",

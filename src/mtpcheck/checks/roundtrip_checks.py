@@ -45,10 +45,12 @@ def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
     defects would otherwise come out of both stages and be blamed on a converter, or a source
     that already lost its MTP layers would round-trip "bit for bit" with only the embedding
     and head in scope."""
-    return tuple(
-        CheckResult(f"source-{c.name}", f"Source: {c.title}", c.findings)
-        for c in inspect_report(source).checks
-    )
+    return tuple(source_check(c) for c in inspect_report(source).checks)
+
+
+def source_check(check: CheckResult) -> CheckResult:
+    """``check`` as one of the source stage's: ``source-*``, titled "Source: ..."."""
+    return CheckResult(f"source-{check.name}", f"Source: {check.title}", check.findings)
 
 
 def final_count_check(final: Checkpoint) -> CheckResult:

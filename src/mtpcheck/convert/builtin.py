@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +48,6 @@ CONVERT_ELSEWHERE = (
 def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
     """The writer's family key for ``hf``; input the built-in converter cannot take is
     refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""
-    from mtpcheck.convert import megatron_config
-    from mtpcheck.mapping.plan import MappingError, mappable_family
-
     if hf.format != HF_FORMAT:
         raise InputError(
             hf.path,
@@ -58,15 +55,23 @@ def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
             "safetensors checkpoint (compare a Megatron checkpoint with its HF source with "
             "`mtpcheck diff HF MEGATRON`)",
         )
+    return writer_family(hf.config, hf.path, instead)
+
+
+def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_CONVERTER) -> str:
+    """The writer's family key for an HF config (``where`` names it in the error)."""
+    from mtpcheck.convert import megatron_config
+    from mtpcheck.mapping.plan import MappingError, mappable_family
+
     try:
-        family = mappable_family(hf.config)
+        family = mappable_family(hf_config)
     except MappingError as e:
-        raise InputError(hf.path, f"{e}; {instead}") from e
+        raise InputError(where, f"{e}; {instead}") from e
     key = WRITER_FAMILY.get(family.key, family.key)
     info = megatron_config.FAMILIES.get(key)
     if info is None or not info.writable:
         raise InputError(
-            hf.path, f"the built-in converter cannot write {family.display} yet; {instead}"
+            where, f"the built-in converter cannot write {family.display} yet; {instead}"
         )
     return key
 
@@ -270,7 +275,7 @@ def megatron_to_hf(
     megatron: Checkpoint,
     dst: Path,
     hf_config: Mapping[str, Any],
-    with_copies: bool = True,
+    with_copies: bool | Collection[str] = True,
     durable: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> list[Path]:

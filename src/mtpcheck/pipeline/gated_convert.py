@@ -20,11 +20,15 @@ from mtpcheck.checks.inspect_checks import count_check, inspect_report, layers_c
 from mtpcheck.errors import DamagedInput
 from mtpcheck.families import analyse
 from mtpcheck.model import Checkpoint, CheckResult, Report
+from mtpcheck.pipeline.main_model import main_model_check, megatron_main_model_check
 from mtpcheck.pipeline.output_dir import fresh_output, require_empty
 
 
-def refuse_if_failing(path: str, checks: tuple[CheckResult, ...], what: str) -> None:
-    """Raise :class:`DamagedInput` naming the first failing finding of ``checks``."""
+def refuse_if_failing(
+    path: str, checks: tuple[CheckResult, ...], what: str, inspect: bool = True
+) -> None:
+    """Raise :class:`DamagedInput` naming the first failing finding of ``checks`` (``inspect``:
+    they are ``inspect``'s, which the message points to for the rest)."""
     failed = first_failure(checks)
     if failed is None:
         return
@@ -32,10 +36,9 @@ def refuse_if_failing(path: str, checks: tuple[CheckResult, ...], what: str) -> 
     subject = "" if finding.subject == check.name else f"{finding.subject}: "
     failing = failing_count(checks)
     more = f"; {failing} failing findings in all" if failing > 1 else ""
+    rest = f" (`mtpcheck inspect {path}` lists every finding)" if inspect else ""
     raise DamagedInput(
-        path,
-        f"not converted: {what}: {check.name}: {subject}{finding.message}{more} "
-        f"(`mtpcheck inspect {path}` lists every finding)",
+        path, f"not converted: {what}: {check.name}: {subject}{finding.message}{more}{rest}"
     )
 
 
@@ -52,8 +55,9 @@ def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Pa
 
     require_empty(dst)
     hf = open_checkpoint(src)
-    builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
     refuse_if_failing(hf.path, audit(hf).checks, "the source fails its audit")
+    builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
+    refuse_if_failing(hf.path, (main_model_check(hf),), "the source is not whole", inspect=False)
     with fresh_output(dst) as partial:
         written = builtin.hf_to_megatron(hf, partial, log=log)
     return dst / written.relative_to(partial), hf
@@ -77,6 +81,8 @@ def megatron_to_hf(
     require_empty(dst)
     megatron = open_checkpoint(src, trust_pickle)
     refuse_if_failing(megatron.path, audit(megatron).checks, "the source fails its audit")
+    whole = megatron_main_model_check(megatron, hf_config)
+    refuse_if_failing(megatron.path, (whole,), "the source is not whole", inspect=False)
     view = as_hf(megatron, hf_config, with_copies)
     planned = analyse(view.config, view.tensors)
     refuse_if_failing(

@@ -20,6 +20,7 @@ from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
     final_count_check,
+    source_check,
     source_checks,
     stage1_checks,
     stage2_checks,
@@ -30,6 +31,7 @@ from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, total_nbytes
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
+from mtpcheck.pipeline.main_model import main_model_check
 from mtpcheck.pipeline.memory import release_free_memory
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
@@ -188,12 +190,13 @@ def convert(
     else:
         source_path = opts.source
     source = open_checkpoint(source_path)
-    if not opts.to_megatron or not opts.to_hf:
-        builtin.require_writable(source)  # the built-in stages need a family they can map
-    audit = source_checks(source)
+    # first: a damaged source is a finding, whatever its family
+    audit = (*source_checks(source), source_check(main_model_check(source)))
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
+    if not opts.to_megatron or not opts.to_hf:
+        builtin.require_writable(source)  # the built-in stages need a family they can map
     check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
     megatron_dir = work / "megatron"
@@ -228,7 +231,8 @@ def convert(
             on_line=lambda line: log(f"stage 2 converter | {line}"),
         )
     else:
-        copies = any(c in source.tensors for c, _ in as_megatron(source).plan.copies)
+        # the copies the source stores, and no others (a release may store some, not all)
+        copies = frozenset(c for c, _ in as_megatron(source).plan.copies if c in source.tensors)
         result = _builtin(
             lambda: builtin.megatron_to_hf(
                 megatron, final_dir, dict(source.config), copies, durable=False, log=log

@@ -1,0 +1,160 @@
+"""Is the source's main model whole? Checked against megatron-core's model of its config.
+
+``inspect`` judges the MTP layers against the main layers they mirror; it cannot tell that a
+main layer lost an expert or a norm, since nothing in one checkpoint says what a layer must
+hold. A conversion can: megatron-core's ``GPTModel`` of the source's config holds a known set
+of tensors (``megatron_config.expected_model_names``, checked against real GPTModels in the
+tests), and a source that maps to less, more, or other shapes cannot be converted faithfully.
+A converter would write such a source as a checkpoint megatron-core cannot load, or crash
+half-way; so ``roundtrip`` and ``convert`` check it with the source, before converting.
+
+Only the main model is judged here (embedding, decoder layers, final norm, output head); the
+MTP layers are ``inspect``'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from mtpcheck.convert import builtin, megatron_config
+from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.mapping import as_megatron
+from mtpcheck.mapping.rules import DECODER_RULES, TOP_LEVEL
+from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
+
+NAME = "main-model"
+TITLE = "Main model as megatron-core's GPTModel of the config holds it"
+
+_NORM_ALIASES = {
+    **{fused: plain for plain, fused in megatron_config.LOCAL_LAYER_KEY_MAP.items()},
+    "self_attention.in_proj.layer_norm_": "input_layernorm.",
+}
+"""Norms that layer specs fuse into the next linear layer, by their unfused names: the same
+norm under the names of the local and the Transformer Engine specs."""
+_LAYER = re.compile(r"^(decoder\.layers\.\d+\.)(.*)$")
+
+
+def _canonical(name: str) -> str:
+    m = _LAYER.match(name)
+    if m is None:
+        return name
+    prefix, rel = m.groups()
+    for fused, plain in _NORM_ALIASES.items():
+        if rel.startswith(fused):
+            return prefix + plain + rel[len(fused) :]
+    return name
+
+
+def _hf_sources(megatron: str) -> tuple[str, ...]:
+    """The HF tensors a Megatron main-model tensor is made from (as the mapping rules say),
+    for messages; empty when no rule names them."""
+    for hf, meg in TOP_LEVEL:
+        if meg == megatron:
+            return (hf,)
+    m = _LAYER.match(megatron)
+    if m is None:
+        return ()
+    prefix, rel = m.groups()
+    hf_prefix = "model.layers." + prefix.split(".")[2] + "."
+    for rule in DECODER_RULES:
+        pattern = re.escape(rule.megatron).replace(r"\{e\}", r"(\d+)")
+        found = re.fullmatch(pattern, rel)
+        if found:
+            e = found.group(1) if found.groups() else None
+            return tuple(hf_prefix + (h if e is None else h.replace("{e}", e)) for h in rule.hf)
+    return ()
+
+
+def _unbuildable(reason: str) -> CheckResult:
+    return CheckResult(NAME, TITLE, (Finding("config.json", Status.FAIL, reason),))
+
+
+def _skip(reason: str) -> CheckResult:
+    return CheckResult(NAME, TITLE, (Finding("main model", Status.SKIP, reason),))
+
+
+def main_model_check(hf: Checkpoint) -> CheckResult:
+    """An HF source: its main model, mapped to Megatron names, against megatron-core's model
+    of its config (SKIP for a family the built-in converter does not describe)."""
+    try:
+        key = builtin.require_writable(hf)
+    except InputError as e:
+        return _skip(f"not judged: {e.reason}")
+    try:
+        view = as_megatron(hf)
+    except MtpcheckError as e:
+        finding = Finding("main model", Status.FAIL, f"cannot be mapped to Megatron names: {e}")
+        return CheckResult(NAME, TITLE, (finding,))
+    return _judge(view.tensors, view.sources, view.plan.unmapped, key, hf.config)
+
+
+def megatron_main_model_check(megatron: Checkpoint, hf_config: Mapping[str, Any]) -> CheckResult:
+    """A Megatron source: its main model against megatron-core's model of ``hf_config``."""
+    try:
+        key = builtin.writer_family(hf_config, megatron.path)
+    except InputError as e:
+        return _skip(f"not judged: {e.reason}")
+    return _judge(megatron.tensors, {}, (), key, hf_config)
+
+
+def _judge(
+    tensors: Mapping[str, TensorMeta],
+    sources: Mapping[str, str],
+    unmapped: tuple[str, ...],
+    key: str,
+    hf_config: Mapping[str, Any],
+) -> CheckResult:
+    """One FAIL per main-model tensor (canonical Megatron names) megatron-core's model of the
+    config holds and ``tensors`` lack, hold in another shape, or hold beyond it; and one per
+    source tensor no mapping rule covers (``unmapped``)."""
+    try:
+        expected = megatron_config.expected_model_names(key, hf_config)
+    except KeyError as e:
+        return _unbuildable(f"the config lacks {e}, which megatron-core's model needs")
+    except (ValueError, TypeError) as e:
+        return _unbuildable(f"megatron-core's model cannot be built from the config: {e}")
+
+    def main(name: str) -> bool:
+        return not name.startswith("mtp.")
+
+    def source(name: str) -> str:
+        return f" [from {sources[name]}]" if name in sources else ""
+
+    want = {_canonical(n): tuple(s) for n, s in expected.items() if main(n)}
+    have = {_canonical(n): m.shape for n, m in tensors.items() if main(n)}
+    findings = []
+    for name in sorted(want.keys() - have.keys()):
+        made_of = _hf_sources(name)
+        hint = f"; it is made from {' + '.join(made_of)}" if made_of and sources else ""
+        findings.append(
+            Finding(
+                name,
+                Status.FAIL,
+                f"missing: megatron-core's model of this config holds it{hint}",
+                {"hf": list(made_of)},
+            )
+        )
+    findings += [
+        Finding(
+            name,
+            Status.FAIL,
+            f"shape {list(have[name])}{source(name)}, megatron-core's model of this config "
+            f"holds {list(want[name])}",
+        )
+        for name in sorted(want.keys() & have.keys())
+        if want[name] != have[name]
+    ]
+    findings += [
+        Finding(name, Status.FAIL, f"not in megatron-core's model of this config{source(name)}")
+        for name in sorted(have.keys() - want.keys())
+    ]
+    findings += [
+        Finding(name, Status.FAIL, "has no Megatron counterpart (a part of it is missing?)")
+        for name in unmapped
+    ]
+    if findings:
+        return CheckResult(NAME, TITLE, tuple(findings))
+    message = f"{len(want)} main-model tensors, as megatron-core's model of the config holds them"
+    return CheckResult(NAME, TITLE, (Finding("main model", Status.PASS, message),))
