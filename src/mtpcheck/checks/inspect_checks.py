@@ -12,6 +12,7 @@ from mtpcheck.model import (
     CheckResult,
     Finding,
     HeadersOnly,
+    MtpLayerReport,
     Report,
     Status,
     TensorStatus,
@@ -93,13 +94,22 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
         said = "declared" if declared.from_key else "assumed"
         finding = Finding("mtp-count", Status.PASS, f"{d} {said} ({src}); {d} present, complete")
     else:
+        why = "; ".join(_why_incomplete(x) for x in analysis.layers if x.present and not x.complete)
         finding = Finding(
             "mtp-count",
             Status.FAIL,
-            f"config declares {d} ({src}); {found} present, {complete} complete",
+            f"config declares {d} ({src}); {found} present, {complete} complete"
+            + (f" ({why})" if why else ""),
         )
     details = {"declared": d, "declared_by": src, "present": found, "complete": complete}
     return CheckResult("mtp-count", "Declared vs present MTP layers", (_with(finding, details),))
+
+
+def _why_incomplete(layer: MtpLayerReport) -> str:
+    parts = [f"lacks {_few(layer.missing, 2)}"] if layer.missing else []
+    if layer.unreadable:
+        parts.append(f"has {len(layer.unreadable)} unreadable")
+    return f"mtp layer {layer.index} " + " and ".join(parts)
 
 
 def _with(f: Finding, details: dict[str, object]) -> Finding:
@@ -140,6 +150,20 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
                 )
             details = {**details, "unreadable": list(layer.unreadable)}
             findings.append(Finding(subject, Status.FAIL, f"{where}: {'; '.join(parts)}", details))
+    findings += [
+        Finding(
+            name,
+            Status.FAIL,
+            "missing: the MTP layers draft through this main tensor"
+            + (
+                ""
+                if name == analysis.family.main_shared[0]
+                else " (the config does not tie it to the embedding)"
+            ),
+        )
+        for name in analysis.shared_missing
+        if analysis.family is not None
+    ]
     if not findings:
         findings.append(Finding("mtp layers", Status.SKIP, "no MTP layers present"))
     return CheckResult("mtp-layers", "MTP layer completeness", tuple(findings))

@@ -18,7 +18,7 @@ from mtpcheck.families.catalog import (
     GENERIC_COUNT_KEYS,
     QUANT_COMPANION_SUFFIXES,
 )
-from mtpcheck.families.interface import CopyPolicy, MtpFamily
+from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
 from mtpcheck.model import (
     Checkpoint,
     CheckpointSummary,
@@ -55,6 +55,9 @@ class MtpAnalysis:
     """MTP depth -> prefix of the main decoder layer its block was compared against."""
     mirrors: tuple[tuple[str, str], ...] = ()
     """(MTP block prefix, prefix of the main decoder layer it mirrors), one per block."""
+    shared_missing: tuple[str, ...] = ()
+    """Main tensors the MTP layers draft through (embedding, output head) that the checkpoint
+    lacks; the head only where the config does not tie it to the embedding."""
 
     @property
     def mtp_names(self) -> frozenset[str]:
@@ -462,7 +465,26 @@ def analyse(
         copies=tuple(copies),
         reference_layers=references,
         mirrors=tuple(mirrors),
+        shared_missing=_shared_missing(family, config, tensors) if layers else (),
     )
+
+
+def _tied(config: Mapping[str, Any]) -> bool:
+    """Whether the output head is the embedding (HF ``tie_word_embeddings``, Megatron-LM's
+    ``untie_embeddings_and_output_weights`` false)."""
+    for root in ("", "text_config."):
+        if lookup(config, root + "tie_word_embeddings") is True:
+            return True
+    return lookup(config, "untie_embeddings_and_output_weights") is False
+
+
+def _shared_missing(
+    family: MtpFamily, config: Mapping[str, Any], tensors: Mapping[str, TensorMeta]
+) -> tuple[str, ...]:
+    if family.drafter is not Drafter.INSIDE:
+        return ()
+    needed = family.main_shared[:1] if _tied(config) else family.main_shared
+    return tuple(n for n in needed if n not in tensors)
 
 
 def _lacking(

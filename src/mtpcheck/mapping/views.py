@@ -8,7 +8,7 @@ formats without knowing about them, and the built-in converter writes from them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,7 +136,10 @@ class MappedCheckpoint:
     direction: str
     sources: Mapping[str, str] = field(default_factory=dict)
     """Name here -> name(s) it is computed from in ``source``, for messages."""
-    cross_checked: str = "its source's names, mapped"
+
+    @property
+    def cross_checked(self) -> str:
+        return self.source.cross_checked
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         if self.direction == "to-megatron":
@@ -212,9 +215,12 @@ def _declared(plan: Plan) -> int | None:
 
 
 def as_hf(
-    megatron: Checkpoint, hf_config: Mapping[str, Any], with_copies: bool = True
+    megatron: Checkpoint,
+    hf_config: Mapping[str, Any],
+    with_copies: bool | Collection[str] = True,
 ) -> MappedCheckpoint:
-    """Show a Megatron checkpoint under the HF names of ``hf_config``'s family."""
+    """Show a Megatron checkpoint under the HF names of ``hf_config``'s family, with the MTP
+    copies of embedding and head the family stores (``with_copies``: all, none, or these)."""
     plan = build_plan(hf_config, megatron.tensors, "megatron")
     tensors: dict[str, TensorMeta] = {}
     sources: dict[str, str] = {}
@@ -231,7 +237,7 @@ def as_hf(
             sources[h] = m.megatron
     if with_copies:
         for copy, main in plan.copies:
-            if main in tensors:
+            if main in tensors and (with_copies is True or copy in with_copies):
                 tensors[copy] = TensorMeta(copy, *_rest(tensors[main]))
                 sources[copy] = f"{sources[main]} (copy of {main})"
     config = dict(hf_config)
