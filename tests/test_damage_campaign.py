@@ -4,7 +4,8 @@ Each example copies a shipped fixture and damages it with one or two random oper
 for real on the files: a flipped bit anywhere in any file (shards, their headers, the index,
 config.json), a truncation, a deleted file, a tensor rewritten out of its shard by the
 ``safetensors`` library (with or without its index entry), a changed MTP count. Then
-``inspect``, ``roundtrip`` and ``convert hf-to-megatron`` run on it, and:
+``inspect``, ``diff --all`` against the original, ``roundtrip`` and ``convert hf-to-megatron``
+run on it, and:
 
 * no command exits 3 or prints a traceback, and none changes a byte of the checkpoint;
 * ``roundtrip`` agrees with ``inspect``: a source that fails it fails as the source (only
@@ -146,6 +147,7 @@ def test_random_damage_through_roundtrip_and_convert(data: st.DataObject, source
         inspected = _run("inspect", root, "--format", "json")
         _clean(*inspected)
         event(f"inspect exit {inspected[0]}")
+        _clean(*_run("diff", FIXTURES / source, root, "--all", "--format", "json"))
 
         work = Path(tmp) / "work"
         tripped = _run("roundtrip", root, "--workdir", work, "--format", "json")

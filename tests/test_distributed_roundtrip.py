@@ -228,3 +228,16 @@ def test_an_output_one_rank_cannot_open_is_reported_by_rank_0(
     assert messages[0] == messages[1]
     assert messages[0].startswith(f"{conversions.stage1.output}: no such file or directory")
     assert "(on rank 1: every rank must see the same paths" in messages[0]
+
+
+def test_a_damaged_source_on_two_ranks_is_reported_and_not_converted(
+    run_cli: Callable[..., Run], fixture_copy: Callable[[str], Path], tmp_path: Path
+) -> None:
+    damaged = fixture_copy("deepseek_v3")
+    shard = damaged / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])  # rank 0's audit fails: no rank converts
+    one = _same_as_one_process(run_cli, tmp_path / "work", damaged)
+    assert one.exit_code == 1, one
+    checks = _checks(json.loads(one.stdout))
+    assert checks["source-integrity"] == "fail" and checks["stage1-convert"] == "skip"
+    assert not any(name.startswith(("stage2", "roundtrip", "final")) for name in checks)
