@@ -15,6 +15,9 @@ import pytest
 from mtpcheck.report.json_ import SCHEMA_VERSION
 from tests.conftest import FAMILY_FIXTURES, FIXTURES
 
+INSPECT_CHECKS = ["integrity", "family", "mtp-count", "mtp-layers", "mtp-shapes", "shared-copies"]
+"""``inspect``'s checks, in report order."""
+
 
 @pytest.mark.parametrize("name", FAMILY_FIXTURES)
 def test_every_fixture_inspects_clean(run_cli, name: str) -> None:
@@ -36,14 +39,7 @@ def test_json_schema(run_cli) -> None:
     assert (
         layer["complete"] and layer["prefix"] == "model.layers.2." and len(layer["tensors"]) == 32
     )
-    assert [c["name"] for c in report["checks"]] == [
-        "integrity",
-        "family",
-        "mtp-count",
-        "mtp-layers",
-        "mtp-shapes",
-        "shared-copies",
-    ]
+    assert [c["name"] for c in report["checks"]] == INSPECT_CHECKS
     for check in report["checks"]:
         assert check["status"] in {"pass", "fail", "warn", "skip", "info"}
         assert all({"subject", "status", "message", "details"} <= set(f) for f in check["findings"])
@@ -76,14 +72,7 @@ def test_junit_and_markdown_files(run_cli, fixture_copy, tmp_path: Path) -> None
     suite = ET.parse(junit).getroot()
     assert suite.tag == "testsuite" and suite.get("failures") == "1"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert list(cases) == [
-        "integrity",
-        "family",
-        "mtp-count",
-        "mtp-layers",
-        "mtp-shapes",
-        "shared-copies",
-    ]
+    assert list(cases) == INSPECT_CHECKS
     failure = cases["mtp-count"].find("failure")
     assert failure is not None and "config declares 0" in failure.get("message", "")
     assert cases["shared-copies"].find("skipped") is not None
