@@ -2,11 +2,12 @@
 
 A converter copies whatever it is given, so a source that already lost part of its MTP layer
 would come out as a well-formed checkpoint that lost it too, with nothing to say so. Each
-direction therefore runs ``inspect``'s checks on its source first and refuses one that fails
-them (:class:`~mtpcheck.errors.DamagedInput`, exit 1, naming the first failing finding), and
-for Megatron -> HF also checks that the checkpoint it would write backs the MTP count its
-config declares. What passes is written through :func:`fresh_output`: a failure or an
-interrupt leaves no file behind.
+direction therefore runs ``inspect``'s checks on its source first, then checks its main model
+against megatron-core's model of the config (:mod:`mtpcheck.pipeline.main_model`), and refuses
+a source that fails either (:class:`~mtpcheck.errors.DamagedInput`, exit 1, naming the first
+failing finding); Megatron -> HF also checks that the checkpoint it would write backs the MTP
+count its config declares. What passes is written through :func:`fresh_output`: a failure or
+an interrupt leaves no file behind.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from mtpcheck.checks.findings import failing_count, first_failure
 from mtpcheck.checks.inspect_checks import count_check, inspect_report, layers_check
 from mtpcheck.errors import DamagedInput
 from mtpcheck.families import analyse
-from mtpcheck.model import Checkpoint, CheckResult, Report
+from mtpcheck.model import Checkpoint, CheckResult
 from mtpcheck.pipeline.main_model import main_model_check, megatron_main_model_check
 from mtpcheck.pipeline.output_dir import fresh_output, require_empty
 
@@ -42,11 +43,6 @@ def refuse_if_failing(
     )
 
 
-def audit(ckpt: Checkpoint) -> Report:
-    """``inspect``'s report on ``ckpt``."""
-    return inspect_report(ckpt)
-
-
 def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Path, Checkpoint]:
     """Convert the HF checkpoint at ``src`` into ``dst`` once it passes the audit; returns the
     written checkpoint folder (``dst/release``) and the source as opened."""
@@ -55,7 +51,7 @@ def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Pa
 
     require_empty(dst)
     hf = open_checkpoint(src)
-    refuse_if_failing(hf.path, audit(hf).checks, "the source fails its audit")
+    refuse_if_failing(hf.path, inspect_report(hf).checks, "the source fails its audit")
     builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
     refuse_if_failing(hf.path, (main_model_check(hf),), "the source is not whole", inspect=False)
     with fresh_output(dst) as partial:
@@ -80,7 +76,7 @@ def megatron_to_hf(
 
     require_empty(dst)
     megatron = open_checkpoint(src, trust_pickle)
-    refuse_if_failing(megatron.path, audit(megatron).checks, "the source fails its audit")
+    refuse_if_failing(megatron.path, inspect_report(megatron).checks, "the source fails its audit")
     whole = megatron_main_model_check(megatron, hf_config)
     refuse_if_failing(megatron.path, (whole,), "the source is not whole", inspect=False)
     view = as_hf(megatron, hf_config, with_copies)
