@@ -157,6 +157,15 @@ class IntegrityIssue:
     message: str
 
 
+class Naming(str, enum.Enum):
+    """Which tensor names a checkpoint uses (what a cross-format comparison maps between)."""
+
+    HF = "hf"
+    """Hugging Face names (``model.layers.{k}.self_attn.q_proj.weight``)."""
+    MEGATRON = "megatron"
+    """megatron-core's ``GPTModel.state_dict()`` names (``decoder.layers.{k}...``)."""
+
+
 @runtime_checkable
 class Checkpoint(Protocol):
     """An opened checkpoint, whatever its on-disk format."""
@@ -164,6 +173,7 @@ class Checkpoint(Protocol):
     path: str
     format: str
     """Format name, e.g. ``hf-safetensors``."""
+    naming: Naming
     config: Mapping[str, Any]
     """Parsed model config (``{}`` when the checkpoint ships none)."""
     config_path: str | None
@@ -178,6 +188,33 @@ class Checkpoint(Protocol):
         """Yield the raw bytes of tensor ``name`` in order, ``chunk_bytes`` at a time (the last
         chunk may be shorter)."""
         ...
+
+
+@runtime_checkable
+class HasByteSpans(Protocol):
+    """A checkpoint that can say where a tensor's bytes lie in its files (writers then copy
+    them file to file, in the kernel)."""
+
+    def byte_spans(self, name: str) -> list[ByteSpan] | None:
+        """The tensor's bytes as file ranges in C order; None when they must be computed."""
+        ...
+
+
+@runtime_checkable
+class HasSpanReader(Protocol):
+    """A checkpoint whose tensors lie at plain file offsets (``TensorMeta.file`` and
+    ``offset``), read by positioned reads: the tensor matcher's fast path."""
+
+    def span_reader(self) -> Any:
+        """A context manager giving a reader of ``(file, offset, length)`` ranges."""
+        ...
+
+
+@runtime_checkable
+class Prefetches(Protocol):
+    """A checkpoint read over the network, which fetches a batch of tensors at once."""
+
+    def prefetch(self, names: list[str]) -> None: ...
 
 
 @runtime_checkable

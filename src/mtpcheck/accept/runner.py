@@ -42,6 +42,7 @@ from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import ChainHidden, analyse, summarise
 from mtpcheck.formats import open_checkpoint
+from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
@@ -57,7 +58,6 @@ from mtpcheck.model import (
 from mtpcheck.ticker import Ticker
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-HF_FORMAT = "hf-safetensors"
 
 
 @dataclass(frozen=True)

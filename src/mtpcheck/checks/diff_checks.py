@@ -12,6 +12,7 @@ from mtpcheck.model import (
     Checkpoint,
     CheckResult,
     Finding,
+    Naming,
     Report,
     Status,
     TensorComparison,
@@ -22,7 +23,7 @@ Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence
 
 
 def _is_megatron(ckpt: Checkpoint) -> bool:
-    return ckpt.format.startswith("megatron")
+    return ckpt.naming is Naming.MEGATRON
 
 
 def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint, bool]:

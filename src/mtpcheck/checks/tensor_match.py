@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
-from mtpcheck.model import Checkpoint, TensorComparison, TensorMeta, TensorStatus
+from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,9 +71,8 @@ def compare_many(
         results.append(verdict)
     if not pending:
         return results
-    span_a = getattr(a, "span_reader", None)
-    span_b = getattr(b, "span_reader", None)
-    if callable(span_a) and callable(span_b):
+    if isinstance(a, HasSpanReader) and isinstance(b, HasSpanReader):
+        span_a, span_b = a.span_reader, b.span_reader
         read_bytes = min(READ_BYTES, chunk_bytes)
         if read_bytes >= 8:
             read_bytes -= read_bytes % 8

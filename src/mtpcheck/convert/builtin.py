@@ -10,10 +10,11 @@ from typing import Any
 from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
+from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
-from mtpcheck.model import ByteSpan, Checkpoint
+from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader
 from mtpcheck.ticker import Ticker
 
 WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
@@ -35,7 +36,6 @@ _TORCH_DTYPE = {
 }
 
 
-HF_FORMAT = "hf-safetensors"
 OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
 """What to do instead, said by ``roundtrip`` (whose options those are)."""
 CONVERT_ELSEWHERE = (
@@ -48,7 +48,7 @@ CONVERT_ELSEWHERE = (
 def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
     """The writer's family key for ``hf``; input the built-in converter cannot take is
     refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""
-    if hf.format != HF_FORMAT:
+    if hf.format != HF_FORMAT:  # an HF checkpoint whose bytes are at hand, read by offset
         raise InputError(
             hf.path,
             f"is a {hf.format} checkpoint; the round trip and hf-to-megatron start from an HF "
@@ -202,7 +202,7 @@ def _mapped_bytes(ckpt: Checkpoint, name: str) -> memoryview | None:
     shard (nothing read until touched; pages shared with the page cache); None for a
     checkpoint whose tensors do not lie at plain file offsets."""
     meta = ckpt.tensors[name]
-    if not callable(getattr(ckpt, "span_reader", None)) or not meta.readable or not meta.nbytes:
+    if not isinstance(ckpt, HasSpanReader) or not meta.readable or not meta.nbytes:
         return None
     start = meta.offset - meta.offset % mmap.ALLOCATIONGRANULARITY
     try:
@@ -317,10 +317,10 @@ class _SplitOnce:
         of a ``[gate; up]`` fc1 (None otherwise: it is computed)."""
         name = self._copy_of.get(name, name)
         m = self._to_megatron[name]
-        source_spans = getattr(self.view.source, "byte_spans", None)
-        if m.kind not in (Kind.COPY, Kind.CONCAT_ROWS) or not callable(source_spans):
+        source = self.view.source
+        if m.kind not in (Kind.COPY, Kind.CONCAT_ROWS) or not isinstance(source, HasByteSpans):
             return None
-        spans = source_spans(m.megatron)
+        spans = source.byte_spans(m.megatron)
         if spans is None or m.kind is Kind.COPY:
             return spans
         size = self.tensors[name].nbytes  # the row blocks are equal, in the order of m.hf
@@ -351,8 +351,7 @@ def _load(ckpt: Checkpoint, name: str) -> Any:
     if width is None:
         return load_array(ckpt, name)  # refuses sub-byte dtypes with the usual message
     out = np.empty(meta.nbytes, dtype=np.uint8)
-    byte_spans = getattr(ckpt, "byte_spans", None)
-    spans = byte_spans(name) if callable(byte_spans) else None
+    spans = ckpt.byte_spans(name) if isinstance(ckpt, HasByteSpans) else None
     if spans is not None and sum(s.length for s in spans) == meta.nbytes:
         pos = read_spans_into(spans, memoryview(out))
     else:

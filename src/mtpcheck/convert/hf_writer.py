@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpcheck.errors import InputError
-from mtpcheck.model import ByteSpan, Checkpoint, TensorMeta
+from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, TensorMeta
 from mtpcheck.ticker import Ticker
 
 DEFAULT_SHARD_BYTES = 4 * 1024**3
@@ -92,8 +92,7 @@ def write_hf(
     ``ticker`` is told each tensor written.
     """
     dst.mkdir(parents=True, exist_ok=True)
-    byte_spans = getattr(ckpt, "byte_spans", None)
-    byte_spans = byte_spans if callable(byte_spans) else None
+    byte_spans = ckpt.byte_spans if isinstance(ckpt, HasByteSpans) else None
     metas = [ckpt.tensors[n] for n in sorted(names if names is not None else ckpt.tensors)]
     shards = _plan_shards(metas, shard_bytes)
     total = len(shards)

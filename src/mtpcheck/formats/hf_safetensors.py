@@ -20,9 +20,10 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
-from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta, TensorTable, files_of
+from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta, TensorTable, files_of
 
 INDEX_SUFFIX = ".safetensors.index.json"
+FORMAT = "hf-safetensors"
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class HfCheckpoint:
     tensors: Mapping[str, TensorMeta]
     issues: tuple[IntegrityIssue, ...]
     cross_checked: str = "headers"
-    format: str = "hf-safetensors"
+    format: str = FORMAT
+    naming: Naming = Naming.HF
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
@@ -53,7 +55,7 @@ class HfCheckpoint:
 class HfSafetensorsReader:
     """Reader for Hugging Face safetensors checkpoints."""
 
-    name = "hf-safetensors"
+    name = FORMAT
 
     def sniff(self, path: Path) -> bool:
         if path.is_file():

@@ -34,7 +34,7 @@ from mtpcheck.formats.hf_safetensors import (
 )
 from mtpcheck.formats.hub_ref import HubRef
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
-from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta, files_of
+from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta, files_of
 from mtpcheck.units import human_size
 
 MAX_HEADER_BYTES = 100 * 2**20
@@ -85,6 +85,7 @@ class HubCheckpoint:
     fetch_bytes: bool = False
     cross_checked: str = "headers"
     format: str = "hf-hub"
+    naming: Naming = Naming.HF
     _prefetched: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -64,7 +64,7 @@ from mtpcheck.formats.megatron_common import (
     tensor_chunks,
     unpadded_rows,
 )
-from mtpcheck.model import ByteSpan, IntegrityIssue, TensorMeta
+from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-torch-dist"
 _SNIFFED_FILES = (".metadata", "metadata.json", "common.pt")
@@ -108,6 +108,7 @@ class MegatronDistCheckpoint:
     plans: Mapping[str, _Plan] = field(repr=False)
     cross_checked: str = ".metadata and the data files"
     format: str = FORMAT
+    naming: Naming = Naming.MEGATRON
 
     def byte_spans(self, name: str) -> list[ByteSpan] | None:
         """The tensor's bytes as ranges of the data files; None when torch must assemble it."""

@@ -57,7 +57,7 @@ from mtpcheck.formats.megatron_common import (
     tensor_chunks,
     unpadded_rows,
 )
-from mtpcheck.model import IntegrityIssue, TensorMeta
+from mtpcheck.model import IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-legacy"
 RANK_FILE = "model_optim_rng.pt"
@@ -93,6 +93,7 @@ class MegatronLegacyCheckpoint:
     """Size of each rank file when it was memory-mapped."""
     cross_checked: str = "the rank files' shards"
     format: str = FORMAT
+    naming: Naming = Naming.MEGATRON
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         entry = self.entries[name]

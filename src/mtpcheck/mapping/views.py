@@ -20,7 +20,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
-from mtpcheck.model import Checkpoint, IntegrityIssue, TensorMeta
+from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -140,6 +140,10 @@ class MappedCheckpoint:
     @property
     def cross_checked(self) -> str:
         return self.source.cross_checked
+
+    @property
+    def naming(self) -> Naming:
+        return Naming.MEGATRON if self.direction == "to-megatron" else Naming.HF
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         if self.direction == "to-megatron":

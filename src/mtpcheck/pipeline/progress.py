@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from mtpcheck.checks.diff_checks import Compare
-from mtpcheck.model import Checkpoint, TensorComparison
+from mtpcheck.model import Checkpoint, Prefetches, TensorComparison
 from mtpcheck.ticker import Ticker
 
 BATCH_BYTES = 256 * 2**20
@@ -49,9 +49,8 @@ def _batches(
 def _prefetch(ckpt: Checkpoint, names: list[str]) -> None:
     """Let a checkpoint read over the network fetch a batch's tensors at once (a Hub
     repository with ``--fetch``)."""
-    prefetch = getattr(ckpt, "prefetch", None)
-    if callable(prefetch):
-        prefetch(names)
+    if isinstance(ckpt, Prefetches):
+        ckpt.prefetch(names)
 
 
 def with_progress(
