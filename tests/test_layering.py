@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "units": set(),
     "ticker": {"units"},
     "formats": {"model", "errors", "dtypes", "chunks", "units"},
-    "families": {"model", "errors"},
+    "families": {"model", "errors", "dtypes"},
     "mapping": {"model", "errors", "dtypes", "chunks", "families"},
     "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping"},
     "convert": {"model", "errors", "dtypes", "families", "mapping", "formats", "ticker"},
@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "ticker",
     },
     "report": {"model", "errors", "units", "__init__"},
-    "accept": {"model", "errors", "families", "formats", "ticker"},
+    "accept": {"model", "errors", "dtypes", "families", "formats", "ticker"},
     "cli": {
         "model",
         "errors",

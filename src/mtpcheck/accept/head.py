@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from mtpcheck.dtypes import torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis
 from mtpcheck.model import Checkpoint
@@ -78,7 +79,8 @@ WHY_NOT: dict[str, str] = {
 }
 """Why ``accept`` cannot measure a family yet, where there is more to say than "not yet"."""
 
-_FLOAT_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_FLOAT_DTYPES = {code: getattr(torch, torch_name(code)) for code in ("BF16", "F16", "F32")}
+"""The MTP weight types accept builds a head from."""
 _MAIN_EMBED = "model.embed_tokens.weight"
 _MAIN_HEAD = "lm_head.weight"
 

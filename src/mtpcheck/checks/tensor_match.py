@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import itemsize
+from mtpcheck.dtypes import DTYPES, FloatLayout, Kind, itemsize
 from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
 
 if TYPE_CHECKING:
@@ -338,35 +338,38 @@ def _max_abs_diff(ra: np.ndarray, rb: np.ndarray, dtype: str) -> float | None:
 
 
 def _as_float(raw: np.ndarray, dtype: str) -> np.ndarray | None:
+    """The values of ``raw`` (unsigned ints of the element width) as float64, where the
+    registry says how to read them (context only: never a verdict)."""
     import numpy as np
 
-    if dtype == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    simple = {"F16": np.float16, "F32": np.float32, "F64": np.float64}
-    ints = {"I8": np.int8, "U8": np.uint8, "I16": np.int16, "U16": np.uint16, "I32": np.int32}
-    ints.update({"U32": np.uint32, "I64": np.int64, "U64": np.uint64})
-    if dtype in simple:
-        return raw.view(simple[dtype]).astype(np.float64)
-    if dtype in ints:
-        return raw.view(ints[dtype]).astype(np.float64)
-    if dtype in ("F8_E4M3", "F8_E5M2"):
-        return _fp8_table(dtype)[raw]
+    known = DTYPES.get(dtype)
+    if known is None or known.kind not in (Kind.FLOAT, Kind.INT, Kind.UINT):
+        return None
+    with np.errstate(invalid="ignore"):  # signalling NaNs: quiet ones after the cast
+        if dtype == "BF16":  # the top half of a float32
+            return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        if known.numpy is not None:
+            return raw.view(known.numpy).astype(np.float64)
+    if known.layout is not None and known.bits == 8:
+        return _byte_float_table(known.layout)[raw]
     return None
 
 
-def _fp8_table(dtype: str) -> np.ndarray:
-    """All 256 values of an OCP FP8 format (E4M3 'fn' without infinities, or E5M2)."""
+def _byte_float_table(layout: FloatLayout) -> np.ndarray:
+    """All 256 values of a one-byte float format (OCP FP8: E4M3 'fn' without infinities, or
+    E5M2 with them)."""
     import numpy as np
 
-    exp_bits, man_bits, bias = (4, 3, 7) if dtype == "F8_E4M3" else (5, 2, 15)
+    exp_bits, man_bits, bias = layout.exponent_bits, layout.mantissa_bits, layout.bias
+    top = (1 << exp_bits) - 1
     values = np.empty(256, dtype=np.float64)
     for code in range(256):
         sign = -1.0 if code & 0x80 else 1.0
-        exp = (code >> man_bits) & ((1 << exp_bits) - 1)
+        exp = (code >> man_bits) & top
         man = code & ((1 << man_bits) - 1)
-        if dtype == "F8_E4M3" and exp == 15 and man == 7:
+        if layout.finite_only and exp == top and man == (1 << man_bits) - 1:
             values[code] = math.nan
-        elif dtype == "F8_E5M2" and exp == 31:
+        elif not layout.finite_only and exp == top:
             values[code] = math.inf * sign if man == 0 else math.nan
         elif exp == 0:
             values[code] = sign * man * 2.0 ** (1 - bias - man_bits)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.dtypes import itemsize
+from mtpcheck.dtypes import itemsize, torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
 from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
@@ -19,22 +19,6 @@ from mtpcheck.ticker import Ticker
 
 WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
 """Registry families written with another family's megatron-core layout (same architecture)."""
-
-_TORCH_DTYPE = {
-    "BF16": "bfloat16",
-    "F16": "float16",
-    "F32": "float32",
-    "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "I8": "int8",
-    "U8": "uint8",
-    "I16": "int16",
-    "I32": "int32",
-    "I64": "int64",
-    "BOOL": "bool",
-}
-
 
 OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
 """What to do instead, said by ``roundtrip`` (whose options those are)."""
@@ -90,7 +74,7 @@ def _torch_tensor(ckpt: Checkpoint, name: str) -> Any:
     for chunk in ckpt.read_chunks(name, 1 << 24):
         buf[pos : pos + len(chunk)] = chunk
         pos += len(chunk)
-    dtype = getattr(torch, _TORCH_DTYPE[meta.dtype])
+    dtype = getattr(torch, torch_name(meta.dtype))
     return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(meta.shape)
 
 
@@ -117,7 +101,7 @@ class _OneAtATime:
         self.placeholders: dict[str, Any] = {}
         self._owner: dict[int, str] = {}
         for name, meta in view.tensors.items():
-            dtype = getattr(torch, _TORCH_DTYPE[meta.dtype])
+            dtype = getattr(torch, torch_name(meta.dtype))
             if meta.nbytes:
                 raw = torch.frombuffer(_anonymous(meta.nbytes), dtype=torch.uint8)
                 tensor = raw.view(dtype).reshape(meta.shape)

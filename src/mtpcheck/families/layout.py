@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from mtpcheck.dtypes import is_fp8
 from mtpcheck.errors import ConfigError
 from mtpcheck.families.catalog import (
     FAMILIES,
@@ -28,7 +29,6 @@ from mtpcheck.model import (
 )
 
 _MISSING = object()
-_ONE_BYTE_FLOATS = ("F8_E4M3", "F8_E5M2")
 
 
 @dataclass(frozen=True)
@@ -499,7 +499,7 @@ def _lacking(
         if _is_companion(rel):
             # A scale is needed only where the MTP weight itself is FP8 (or gone).
             base_meta = tensors.get(prefix + _companion_base(rel))
-            if base_meta is not None and base_meta.dtype not in _ONE_BYTE_FLOATS:
+            if base_meta is not None and not is_fp8(base_meta.dtype):
                 continue
         missing.add(prefix + rel)
     return missing

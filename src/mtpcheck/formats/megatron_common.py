@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mtpcheck.dtypes import safetensors_code
 from mtpcheck.errors import InputError
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -186,31 +187,8 @@ def count_decoder_layers(names: Iterable[str]) -> int:
 
 # --- dtypes and bytes -----------------------------------------------------------------------
 
-_SAFETENSORS_DTYPE = {
-    "bool": "BOOL",
-    "uint8": "U8",
-    "int8": "I8",
-    "float8_e5m2": "F8_E5M2",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e8m0fnu": "F8_E8M0",
-    "int16": "I16",
-    "uint16": "U16",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "int32": "I32",
-    "uint32": "U32",
-    "float32": "F32",
-    "int64": "I64",
-    "uint64": "U64",
-    "float64": "F64",
-    "complex64": "C64",
-}
-
-
-def safetensors_dtype(dtype: Any) -> str:
-    """Safetensors dtype code of a torch dtype; an unknown one keeps its torch name."""
-    name = str(dtype).removeprefix("torch.")
-    return _SAFETENSORS_DTYPE.get(name, f"torch.{name}")
+safetensors_dtype = safetensors_code
+"""Safetensors dtype code of a torch dtype (:func:`mtpcheck.dtypes.safetensors_code`)."""
 
 
 def element_size(dtype: Any) -> int:

@@ -25,47 +25,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.dtypes import BY_STORAGE, BY_TORCH, DType
+
 MAX_PICKLE_BYTES = 64 * 1024
 """A tensor's ``data.pkl`` is ~160 bytes; anything much larger is not a plain tensor."""
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
-
-STORAGE_DTYPES: dict[str, tuple[str, int]] = {
-    "DoubleStorage": ("F64", 8),
-    "FloatStorage": ("F32", 4),
-    "HalfStorage": ("F16", 2),
-    "BFloat16Storage": ("BF16", 2),
-    "Float8_e4m3fnStorage": ("F8_E4M3", 1),
-    "Float8_e5m2Storage": ("F8_E5M2", 1),
-    "LongStorage": ("I64", 8),
-    "IntStorage": ("I32", 4),
-    "ShortStorage": ("I16", 2),
-    "CharStorage": ("I8", 1),
-    "ByteStorage": ("U8", 1),
-    "BoolStorage": ("BOOL", 1),
-}
-"""torch's typed-storage class names as ``torch.save`` pickles them -> (dtype, item size)."""
-
-TORCH_DTYPES: dict[str, tuple[str, int]] = {
-    "float64": ("F64", 8),
-    "float32": ("F32", 4),
-    "float16": ("F16", 2),
-    "bfloat16": ("BF16", 2),
-    "float8_e4m3fn": ("F8_E4M3", 1),
-    "float8_e5m2": ("F8_E5M2", 1),
-    "int64": ("I64", 8),
-    "int32": ("I32", 4),
-    "int16": ("I16", 2),
-    "int8": ("I8", 1),
-    "uint64": ("U64", 8),
-    "uint32": ("U32", 4),
-    "uint16": ("U16", 2),
-    "uint8": ("U8", 1),
-    "bool": ("BOOL", 1),
-}
-"""``torch.<dtype>`` globals of ``_rebuild_tensor_v3`` (dtypes without a typed storage class,
-e.g. float8, saved with an untyped byte storage) -> (dtype, item size)."""
 
 
 @dataclass(frozen=True)
@@ -151,8 +117,11 @@ class _StorageType:
 
 
 class _DtypeName:
-    def __init__(self, name: str) -> None:
-        self.dtype, self.itemsize = TORCH_DTYPES[name]
+    """A ``torch.<dtype>`` global of ``_rebuild_tensor_v3`` (dtypes without a typed storage
+    class, e.g. float8, are saved with an untyped byte storage)."""
+
+    def __init__(self, dtype: DType) -> None:
+        self.dtype, self.itemsize = dtype.code, dtype.itemsize
 
 
 class _Describer(pickle.Unpickler):
@@ -163,12 +132,12 @@ class _Describer(pickle.Unpickler):
             return _rebuild_tensor_v2
         if (module, name) == ("torch._utils", "_rebuild_tensor_v3"):
             return _rebuild_tensor_v3
-        if module == "torch" and name in STORAGE_DTYPES:
-            return _StorageType(*STORAGE_DTYPES[name])
+        if module == "torch" and name in BY_STORAGE:  # a typed storage class
+            return _StorageType(BY_STORAGE[name].code, BY_STORAGE[name].itemsize)
         if (module, name) == ("torch.storage", "UntypedStorage"):
             return _StorageType(None, 1)
-        if module == "torch" and name in TORCH_DTYPES:
-            return _DtypeName(name)
+        if module == "torch" and name in BY_TORCH and BY_TORCH[name].itemsize:
+            return _DtypeName(BY_TORCH[name])
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
         raise _NotPlain(f"global {module}.{name}")
