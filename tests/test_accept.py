@@ -18,8 +18,11 @@ import pytest
 import torch
 
 from mtpcheck.accept.head import hidden_and_logits
+from mtpcheck.accept.loading import Drafter, open_drafter
 from mtpcheck.accept.online import speculative_decode
-from mtpcheck.accept.runner import AcceptOptions, Drafter, open_drafter, run_accept, score_batch
+from mtpcheck.accept.options import AcceptOptions
+from mtpcheck.accept.runner import run_accept
+from mtpcheck.accept.scoring import score_batch
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from mtpcheck.model import AcceptanceResult, Status
 from tests.conftest import FIXTURES
@@ -252,7 +255,7 @@ def test_save_pretrained_drops_the_drafter(tmp_path: Path) -> None:
 def test_no_drafter_fails_only_when_the_config_declares_one(
     declared: int | None, status: Status
 ) -> None:
-    from mtpcheck.accept.runner import _finding
+    from mtpcheck.accept.gating import finding as _finding
 
     r = AcceptanceResult(
         checkpoint="ckpt",

@@ -18,8 +18,9 @@ import torch
 from safetensors import safe_open
 
 from mtpcheck.accept.head import drafter_layouts
+from mtpcheck.accept.loading import Drafter, open_drafter
 from mtpcheck.accept.online import speculative_decode
-from mtpcheck.accept.runner import Drafter, open_drafter, score_depths
+from mtpcheck.accept.scoring import score_depths
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from mtpcheck.families import ChainHidden, analyse
 from mtpcheck.formats import open_checkpoint

@@ -4,7 +4,8 @@ gated attention, a gated-delta-net main layer), trained on the same phrase langu
 
 from __future__ import annotations
 
-from mtpcheck.accept.runner import AcceptOptions, run_accept
+from mtpcheck.accept.options import AcceptOptions
+from mtpcheck.accept.runner import run_accept
 from tests.conftest import FIXTURES
 
 FIXTURE = FIXTURES / "accept_qwen3_next"

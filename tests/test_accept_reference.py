@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtpcheck.accept.runner import Drafter, open_drafter, score_batch
+from mtpcheck.accept.loading import Drafter, open_drafter
+from mtpcheck.accept.scoring import score_batch
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
 from tests.conftest import FIXTURES
 

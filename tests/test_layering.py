@@ -125,3 +125,52 @@ def test_rule_catches_a_violation(tmp_path: Path) -> None:
     bad.write_text("from mtpcheck.cli import main\nimport torch\n")
     assert _imports(bad) == {"mtpcheck.cli", "torch"}
     assert "cli" not in ALLOWED["families"] and "torch" not in THIRD_PARTY.get("families", set())
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def _mtpcheck_imports(path: Path) -> set[str]:
+    """The mtpcheck modules ``path`` imports, anywhere in it (lazy imports in functions and
+    ``if TYPE_CHECKING:`` blocks too: a circle through them is a circle all the same)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mtpcheck"):
+            # ``from package import submodule`` imports the submodule, not the package
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & KNOWN
+            found.update(submodules or {node.module})
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("mtpcheck"))
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle of ``graph``, each as the modules on it."""
+    cycles, state = [], dict.fromkeys(graph, 0)  # 0 new, 1 on the path, 2 done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if target not in graph:
+                continue
+            if state[target] == 1:
+                cycles.append(path[path.index(target) :] + [target])
+            elif state[target] == 0:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if state[module] == 0:
+            visit(module, [module])
+    return cycles
+
+
+KNOWN = {_module_name(p) for p in MODULES}
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    graph = {_module_name(p): _mtpcheck_imports(p) for p in MODULES}
+    assert _cycles(graph) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]

@@ -74,8 +74,9 @@ def test_an_accepted_draft_at_the_length_limit_is_counted_as_rejected(monkeypatc
 
     if transformers.__version__ != PINNED:
         pytest.skip(f"pinned on transformers {PINNED}; re-check README's account on others")
+    from mtpcheck.accept.loading import open_drafter
     from mtpcheck.accept.online import speculative_decode
-    from mtpcheck.accept.runner import open_drafter, score_batch
+    from mtpcheck.accept.scoring import score_batch
 
     at_limit, steps_40 = _steps(40, monkeypatch)
     past_limit, steps_41 = _steps(41, monkeypatch)

@@ -27,15 +27,17 @@ get wrong: every depth sees its own states at every earlier slot, as in training
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from mtpcheck.accept.head import hidden_and_logits
+from mtpcheck.accept.loading import Drafter
 from mtpcheck.accept.metrics import distributions
-
-if TYPE_CHECKING:
-    from mtpcheck.accept.runner import Drafter
+from mtpcheck.accept.options import AcceptOptions
+from mtpcheck.accept.scoring import score_depths
+from mtpcheck.accept.workloads import Workload
+from mtpcheck.errors import MtpcheckError
+from mtpcheck.model import OnlineAcceptance
 
 
 @dataclass
@@ -159,3 +161,84 @@ def speculative_decode(
             out.drafts.append(Draft(b, m - 1, taken, tuple(alphas)))
             s.extend([*drafts[:taken], next_token])
             states[b] = hidden[i, : m + taken + 1]  # h_0..h_{m+taken}: verified tokens
+
+
+def measure_online(
+    drafter: Drafter, workload: Workload, options: AcceptOptions, label: str
+) -> OnlineAcceptance:
+    """Draft-then-verify decoding from each sequence's first ``prompt_tokens`` tokens, and the
+    teacher-forced verdicts at the positions it drafted (scored on what it generated).
+
+    ``online_engine``: ``mtpcheck``, this package's loop (``accept/online.py``), or
+    ``transformers``, ``generate(use_mtp=True)`` with what transformers counts."""
+    prompts = [list(s[: options.prompt_tokens]) for s in workload.sequences]
+    prompts = [p for p in prompts if len(p) >= 2]
+    if not prompts:
+        raise MtpcheckError(
+            f"workload {workload.name}: no sequence has the {options.prompt_tokens} prompt "
+            "tokens --online starts from"
+        )
+    temperature = options.temperature
+    passes: list[tuple[int, int, int]]  # (sequence, slot, drafts counted as accepted)
+    if options.online_engine == "transformers":
+        from mtpcheck.accept.online_transformers import transformers_decode
+
+        generated = transformers_decode(
+            drafter.model, drafter.prefixes, prompts, options.new_tokens, temperature
+        )
+        sequences, k = generated.sequences, generated.k
+        passes = [(s.sequence, s.position - 2, max(0, s.counted)) for s in generated.steps]
+        in_output = sum(
+            sequences[s.sequence][s.position] == s.drafts[0]
+            for s in generated.steps
+            if s.position < len(sequences[s.sequence])
+        )
+    else:
+        decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
+        sequences, k = decoded.sequences, decoded.k
+        passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
+        in_output = None
+    scored = score_depths(drafter, sequences, temperature)
+    greedy = temperature == 0
+    leading: list[int] = []  # teacher-forced: drafts 1..j all hit, per pass
+    shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
+    for sequence, slot, _ in passes:
+        run, product = 0, 1.0
+        for j in range(min(k, len(scored[sequence]))):
+            hits, alphas = scored[sequence][j]
+            if slot >= len(hits):  # past the generated text: nothing left to score
+                break
+            product *= float(alphas[slot])
+            run += int(run == j and bool(hits[slot]))
+            shares[j][0] += float(run > j) if greedy else product
+            shares[j][1] += 1
+        leading.append(run)
+    count = len(passes)
+    accepted = sum(taken >= 1 for _, _, taken in passes)
+    drafted = sum(taken for _, _, taken in passes)
+    per_depth = tuple(sum(taken > j for _, _, taken in passes) for j in range(k))
+    return OnlineAcceptance(
+        checkpoint=label,
+        workload=workload.name,
+        temperature=temperature,
+        sequences=len(prompts),
+        prompt_tokens=options.prompt_tokens,
+        new_tokens=options.new_tokens,
+        drafts=count,
+        accepted=accepted,
+        online=accepted / count if count else 0.0,
+        tokens_per_pass=1 + (drafted / count if count else 0.0),
+        teacher_forced=shares[0][0] / shares[0][1] if shares[0][1] else 0.0,
+        agreeing=(
+            sum(t == taken for t, (_, _, taken) in zip(leading, passes, strict=True))
+            if greedy
+            else None
+        ),
+        k=k,
+        accepted_per_depth=per_depth if k > 1 else (),
+        teacher_forced_per_depth=(
+            tuple(total / n if n else 0.0 for total, n in shares) if k > 1 else ()
+        ),
+        engine=options.online_engine,
+        in_output=in_output if greedy else None,
+    )

@@ -150,7 +150,8 @@ def accept(
 
         checkpoints = [ckpt] if compare is None else [ckpt, compare]
         preflight(checkpoints, [path for _, path in workloads], trust_pickle)
-        from mtpcheck.accept.runner import AcceptOptions, run_accept
+        from mtpcheck.accept.options import AcceptOptions
+        from mtpcheck.accept.runner import run_accept
 
         options = AcceptOptions(
             checkpoint=ckpt,

@@ -26,6 +26,7 @@ from mtpcheck.errors import HeaderError, InputError
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.hf_safetensors import (
     INDEX_SUFFIX,
+    HfSafetensorsReader,
     cross_checked,
     indexed_tensors,
     read_index,
@@ -262,14 +263,12 @@ def _open_cached(ref: HubRef) -> Checkpoint:
     """``HF_HUB_OFFLINE=1``: what the cache holds of ``ref``, opened as a local checkpoint."""
     from huggingface_hub import hf_hub_download
 
-    from mtpcheck.formats import open_checkpoint
-
     for name in (INDEX_FILE, SINGLE_FILE, "config.json"):
         try:
             local = hf_hub_download(ref.repo, name, revision=ref.revision, local_files_only=True)
         except Exception:  # noqa: BLE001  (not cached: try the next file)
             continue
-        return open_checkpoint(Path(local).parent)
+        return HfSafetensorsReader().open(Path(local).parent)  # a cached snapshot is HF
     raise InputError(str(ref), "HF_HUB_OFFLINE is set and the repository is not in the cache")
 
 

@@ -1,0 +1,129 @@
+"""The main model through transformers and the MTP layers built on it: a :class:`Drafter`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtpcheck.accept.head import (
+    HeadLayout,
+    MtpChain,
+    MtpHead,
+    build_head,
+    drafter_layouts,
+)
+from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.families import ChainHidden, analyse
+from mtpcheck.formats import open_checkpoint
+from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
+from mtpcheck.model import (
+    Checkpoint,
+)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """A loaded main model and its MTP layers, ready to score sequences."""
+
+    model: Any
+    chain: MtpChain
+    device: torch.device
+    prefixes: tuple[str, ...] = ()
+    """Where the checkpoint's MTP layers live (all of them, also those not chained)."""
+
+    @property
+    def head(self) -> MtpHead:
+        """Depth 1: the MTP layer every family has."""
+        return self.chain.heads[0]  # type: ignore[return-value]
+
+
+def model_directory(ckpt: Checkpoint) -> Path:
+    """The folder transformers loads the main model (and tokenizer) from."""
+    if ckpt.format != HF_FORMAT:
+        raise InputError(
+            ckpt.path,
+            f"accept runs the main model through transformers and needs a Hugging Face "
+            f"safetensors checkpoint, not {ckpt.format} (convert it with "
+            "`mtpcheck convert megatron-to-hf`)",
+        )
+    if ckpt.config_path is None:
+        raise InputError(ckpt.path, "no config.json: transformers cannot build the main model")
+    return Path(ckpt.config_path).parent
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise MtpcheckError("--device cuda: no CUDA device is available to torch")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device, config: Any) -> torch.dtype:
+    """``auto``: float32 on CPU, the checkpoint's stored dtype (else bfloat16) on CUDA."""
+    if dtype != "auto":
+        return DTYPES[dtype]
+    if device.type == "cpu":
+        return torch.float32
+    stored = config.get("dtype") or config.get("torch_dtype")
+    return DTYPES.get(str(stored), torch.bfloat16)
+
+
+def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -> Any:
+    """The main model through its transformers class (MTP tensors are left out by it): the
+    causal-LM class, or for a vision-language model without one (Step-3.7) its
+    image-text-to-text class, whose language model is the same decoder."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from mtpcheck.accept.hf_quiet import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+            auto = AutoModelForCausalLM
+            if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+                auto = AutoModelForImageTextToText
+            model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
+    except Exception as e:  # transformers raises many types for a model it cannot build
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(directory, f"transformers cannot load the main model: {reason}") from e
+    return model.to(device).eval()
+
+
+def load_drafter(
+    ckpt: Checkpoint,
+    layouts: Sequence[HeadLayout],
+    device: torch.device,
+    dtype: str = "auto",
+    depths: int | None = None,
+) -> Drafter:
+    """Load the main model through transformers and build its MTP layers (the first
+    ``depths`` of them; all by default)."""
+    directory = model_directory(ckpt)
+    torch_dtype = resolve_dtype(dtype, device, ckpt.config)
+    model = load_main_model(directory, torch_dtype, device)
+    used = layouts[: depths or len(layouts)]
+    heads = [build_head(model, ckpt, layout, torch_dtype, device) for layout in used]
+    prefixes = tuple(layout.prefix for layout in layouts)
+    return Drafter(model, MtpChain(heads, used[0].chain_hidden), device, prefixes)
+
+
+def open_drafter(
+    path: Path,
+    device: str = "cpu",
+    dtype: str = "auto",
+    depths: int | None = None,
+    chain: ChainHidden | None = None,
+) -> Drafter | str:
+    """The drafter of the checkpoint at ``path``, or why it has none."""
+    ckpt = open_checkpoint(path)
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    layouts = drafter_layouts(ckpt, analysis, chain)
+    if isinstance(layouts, str):
+        return layouts
+    return load_drafter(ckpt, layouts, resolve_device(device), dtype, depths)
