@@ -24,7 +24,7 @@ from mtpcheck.accept.options import AcceptOptions
 from mtpcheck.accept.runner import run_accept
 from mtpcheck.accept.scoring import score_batch
 from mtpcheck.accept.workloads import load_tokenizer, tokenise
-from mtpcheck.model import AcceptanceResult, Status
+from mtpcheck.model import AcceptanceResult, Estimate, Status
 from tests.conftest import FIXTURES
 from tests.greedy_check import assert_main_model_greedy
 
@@ -70,15 +70,15 @@ def test_in_domain_acceptance_is_high_and_shuffled_is_lower(results) -> None:
     ind, shuf = results["in_domain"], results["shuffled"]
     for r in (ind, shuf):
         assert r.drafter and r.sequences == 32 and r.positions == 32 * 63
-        assert r.tokens_per_pass == pytest.approx(1 + r.alpha)
-        assert r.greedy_ci_low < r.greedy < r.greedy_ci_high
-        assert r.alpha_ci_low < r.alpha < r.alpha_ci_high
+        assert r.tokens_per_pass == pytest.approx(1 + r.alpha.value)
+        assert r.greedy.low < r.greedy.value < r.greedy.high
+        assert r.alpha.low < r.alpha.value < r.alpha.high
     # far above chance (1/96) in-domain, and clearly lower on the same words shuffled
-    assert ind.greedy_ci_low > 0.9 and ind.alpha_ci_low > 0.85
-    assert ind.greedy > 50 * CHANCE
-    assert shuf.greedy_ci_high < 0.4 and shuf.alpha_ci_high < 0.45
-    assert ind.greedy_ci_low > shuf.greedy_ci_high + 0.4
-    assert ind.alpha_ci_low > shuf.alpha_ci_high + 0.4
+    assert ind.greedy.low > 0.9 and ind.alpha.low > 0.85
+    assert ind.greedy.value > 50 * CHANCE
+    assert shuf.greedy.high < 0.4 and shuf.alpha.high < 0.45
+    assert ind.greedy.low > shuf.greedy.high + 0.4
+    assert ind.alpha.low > shuf.alpha.high + 0.4
 
 
 @torch.no_grad()
@@ -211,7 +211,7 @@ def test_bit_exact_roundtrip_leaves_acceptance_unchanged(tmp_path: Path) -> None
     for ra, rb in zip(a, b, strict=True):
         assert dataclasses.replace(rb, checkpoint=ra.checkpoint) == ra  # identical numbers
     for d in report.acceptance_deltas:
-        assert (d.greedy, d.alpha, d.tokens_per_pass) == (0.0, 0.0, 0.0)
+        assert (d.greedy.value, d.alpha.value, d.tokens_per_pass) == (0.0, 0.0, 0.0)
     assert report.ok
 
 
@@ -231,12 +231,12 @@ def test_save_pretrained_drops_the_drafter(tmp_path: Path) -> None:
     assert len(saved) == 2
     for r in saved:
         assert not r.drafter
-        assert (r.greedy, r.alpha, r.tokens_per_pass) == (0.0, 0.0, 1.0)
+        assert (r.greedy.value, r.alpha.value, r.tokens_per_pass) == (0.0, 0.0, 1.0)
         assert r.positions > 0
         assert "no MTP weights" in r.note and "declares 1" in r.note
     original = {r.workload: r for r in report.acceptance if r.checkpoint == str(FIXTURE)}
     for d in report.acceptance_deltas:
-        assert d.alpha == pytest.approx(-original[d.workload].alpha)
+        assert d.alpha.value == pytest.approx(-original[d.workload].alpha.value)
     for check in report.checks:
         assert [f.status for f in check.findings] == [Status.PASS, Status.FAIL, Status.INFO]
         assert check.findings[1].message.endswith("; the config declares 1 MTP layer(s)")
@@ -265,12 +265,8 @@ def test_no_drafter_fails_only_when_the_config_declares_one(
         sequences=2,
         positions=10,
         greedy_hits=0,
-        greedy=0.0,
-        greedy_ci_low=None,
-        greedy_ci_high=None,
-        alpha=0.0,
-        alpha_ci_low=None,
-        alpha_ci_high=None,
+        greedy=Estimate(0.0),
+        alpha=Estimate(0.0),
         tokens_per_pass=1.0,
         temperature=1.0,
     )

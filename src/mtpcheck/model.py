@@ -336,6 +336,16 @@ class CheckpointSummary:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """A measured share and its 95 % interval over sequences (``low`` and ``high`` are None
+    when it cannot be estimated: fewer than two sequences, or no positions)."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
 class AcceptanceResult:
     """Offline MTP acceptance of one checkpoint on one workload (``mtpcheck accept``).
 
@@ -354,14 +364,10 @@ class AcceptanceResult:
     sequences: int
     positions: int
     greedy_hits: int
-    greedy: float
+    greedy: Estimate
     """Fraction of positions where argmax q == argmax p."""
-    greedy_ci_low: float | None
-    greedy_ci_high: float | None
-    alpha: float
+    alpha: Estimate
     """Mean over positions of sum_v min(p(v), q(v)) at ``temperature``."""
-    alpha_ci_low: float | None
-    alpha_ci_high: float | None
     tokens_per_pass: float
     """Expected tokens per target forward pass, 1 + alpha."""
     temperature: float
@@ -374,13 +380,9 @@ class DepthAcceptance:
     """Depth d of a chain: the share of slots where drafts 1..d are all accepted."""
 
     depth: int
-    greedy: float
-    greedy_ci_low: float | None
-    greedy_ci_high: float | None
-    alpha: float
+    greedy: Estimate
+    alpha: Estimate
     """Mean over slots of the product of alpha at depths 1..d."""
-    alpha_ci_low: float | None
-    alpha_ci_high: float | None
     tokens_per_pass: float
     """Expected tokens per verify pass when drafting d tokens: 1 + alpha of depths 1..d."""
 
@@ -398,10 +400,8 @@ class ChainAcceptance:
     """What depth d passes to depth d+1: ``post-norm`` or ``pre-norm``."""
     positions: int
     depths: tuple[DepthAcceptance, ...]
-    tokens_per_pass: float
+    tokens_per_pass: Estimate
     """Expected tokens per verify pass with k = D: 1 + sum over depths of alpha."""
-    tokens_per_pass_ci_low: float | None
-    tokens_per_pass_ci_high: float | None
     greedy_tokens_per_pass: float
     """The same from greedy verdicts: 1 + the mean number of leading accepted drafts."""
 
@@ -475,12 +475,8 @@ class AcceptanceDelta:
     """
 
     workload: str
-    greedy: float
-    greedy_ci_low: float | None
-    greedy_ci_high: float | None
-    alpha: float
-    alpha_ci_low: float | None
-    alpha_ci_high: float | None
+    greedy: Estimate
+    alpha: Estimate
     tokens_per_pass: float
 
 

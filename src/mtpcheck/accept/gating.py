@@ -20,6 +20,7 @@ from mtpcheck.model import (
     AcceptanceResult,
     ChainAcceptance,
     DepthAcceptance,
+    Estimate,
     Finding,
     Status,
 )
@@ -28,16 +29,7 @@ from mtpcheck.model import (
 def chain_result(chained: Sequence[ChainCounts], hidden: ChainHidden) -> ChainAcceptance:
     rates = chain_rates(chained)
     depths = tuple(
-        DepthAcceptance(
-            d,
-            g.value,
-            g.low,
-            g.high,
-            a.value,
-            a.low,
-            a.high,
-            1 + sum(r.value for _, r in rates[:d]),
-        )
+        DepthAcceptance(d, g, a, 1 + sum(r.value for _, r in rates[:d]))
         for d, (g, a) in enumerate(rates, start=1)
     )
     tokens = chain_tokens_per_pass(chained, greedy=False)
@@ -45,9 +37,7 @@ def chain_result(chained: Sequence[ChainCounts], hidden: ChainHidden) -> ChainAc
         hidden=hidden.value,
         positions=sum(c.positions for c in chained),
         depths=depths,
-        tokens_per_pass=tokens.value,
-        tokens_per_pass_ci_low=tokens.low,
-        tokens_per_pass_ci_high=tokens.high,
+        tokens_per_pass=tokens,
         greedy_tokens_per_pass=chain_tokens_per_pass(chained, greedy=True).value,
     )
 
@@ -69,20 +59,20 @@ def result(
         sequences=sum(1 for c in counts if c.positions),
         positions=sum(c.positions for c in counts),
         greedy_hits=sum(c.greedy_hits for c in counts),
-        greedy=greedy.value,
-        greedy_ci_low=greedy.low,
-        greedy_ci_high=greedy.high,
-        alpha=alpha.value,
-        alpha_ci_low=alpha.low,
-        alpha_ci_high=alpha.high,
+        greedy=greedy,
+        alpha=alpha,
         tokens_per_pass=1.0 + alpha.value,
         temperature=temperature,
         chain=chain,
     )
 
 
-def _interval(low: float | None, high: float | None) -> str:
-    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+def _shown(e: Estimate, spec: str = ".3f") -> str:
+    """``0.950 [0.940, 0.960]``: the value (as ``spec``) and its interval, where there is
+    one."""
+    if e.low is None or e.high is None:
+        return f"{e.value:{spec}}"
+    return f"{e.value:{spec}} [{e.low:.3f}, {e.high:.3f}]"
 
 
 def describe(r: AcceptanceResult) -> str:
@@ -93,13 +83,11 @@ def describe(r: AcceptanceResult) -> str:
         c = r.chain
         chained = (
             f"; {len(c.depths)} MTP layers chained ({c.hidden}): all {len(c.depths)} drafts "
-            f"accepted {c.depths[-1].alpha:.3f}, "
-            f"{c.tokens_per_pass:.2f}"
-            f"{_interval(c.tokens_per_pass_ci_low, c.tokens_per_pass_ci_high)} tokens per pass"
+            f"accepted {c.depths[-1].alpha.value:.3f}, "
+            f"{_shown(c.tokens_per_pass, '.2f')} tokens per pass"
         )
     return (
-        f"greedy {r.greedy:.3f}{_interval(r.greedy_ci_low, r.greedy_ci_high)}, "
-        f"alpha {r.alpha:.3f}{_interval(r.alpha_ci_low, r.alpha_ci_high)} at T={r.temperature:g}, "
+        f"greedy {_shown(r.greedy)}, alpha {_shown(r.alpha)} at T={r.temperature:g}, "
         f"{r.tokens_per_pass:.2f} tokens per pass{chained}; {r.positions} positions in "
         f"{r.sequences} sequences (95% CI over sequences)"
     )
@@ -107,8 +95,7 @@ def describe(r: AcceptanceResult) -> str:
 
 def describe_delta(d: AcceptanceDelta) -> str:
     return (
-        f"greedy {d.greedy:+.3f}{_interval(d.greedy_ci_low, d.greedy_ci_high)}, "
-        f"alpha {d.alpha:+.3f}{_interval(d.alpha_ci_low, d.alpha_ci_high)}, "
+        f"greedy {_shown(d.greedy, '+.3f')}, alpha {_shown(d.alpha, '+.3f')}, "
         f"tokens per pass {d.tokens_per_pass:+.3f}"
     )
 
@@ -117,15 +104,15 @@ def finding(
     r: AcceptanceResult, min_acceptance: float | None, declared: int | None = None
 ) -> Finding:
     details = {
-        "greedy": r.greedy,
-        "alpha": r.alpha,
+        "greedy": r.greedy.value,
+        "alpha": r.alpha.value,
         "tokens_per_pass": r.tokens_per_pass,
         "positions": r.positions,
         "drafter": r.drafter,
     }
     if min_acceptance is not None:
         details["min_acceptance"] = min_acceptance
-        if r.alpha < min_acceptance:
+        if r.alpha.value < min_acceptance:
             message = f"{describe(r)}; below --min-acceptance {min_acceptance:g}"
             return Finding(r.checkpoint, Status.FAIL, message, details)
     if not r.drafter and declared:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mtpcheck.model import Estimate
+
 Z_975 = 1.959963984540054
 _T_975 = (
     12.706,
@@ -107,15 +109,6 @@ class SequenceCounts:
     positions: int
     greedy_hits: int
     alpha_sum: float
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A pooled rate and its 95 % interval (None when it cannot be estimated)."""
-
-    value: float
-    low: float | None
-    high: float | None
 
 
 def ratio_estimate(

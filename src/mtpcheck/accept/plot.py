@@ -37,12 +37,11 @@ def write_plot(report: Report, path: Path) -> None:
         for w, workload in enumerate(workloads):
             r = by_key[(checkpoint, workload)]
             xs.append(w + (c - (len(checkpoints) - 1) / 2) * width)
-            alphas.append(r.alpha)
-            low = r.alpha_ci_low if r.alpha_ci_low is not None else r.alpha
-            high = r.alpha_ci_high if r.alpha_ci_high is not None else r.alpha
-            lows.append(r.alpha - low)
-            highs.append(high - r.alpha)
-            greedy.append(r.greedy)
+            alpha = r.alpha.value
+            alphas.append(alpha)
+            lows.append(alpha - (r.alpha.low if r.alpha.low is not None else alpha))
+            highs.append((r.alpha.high if r.alpha.high is not None else alpha) - alpha)
+            greedy.append(r.greedy.value)
         label = _label(checkpoint, c, len(checkpoints))
         ax.bar(
             xs,
@@ -56,7 +55,8 @@ def write_plot(report: Report, path: Path) -> None:
         ax.scatter(xs, greedy, color="black", marker="D", s=14, zorder=3)
         for x, r in zip(xs, (by_key[(checkpoint, w)] for w in workloads), strict=True):
             if r.drafter:
-                ax.text(x, r.alpha / 2, f"{r.alpha:.2f}", ha="center", color="white", fontsize=9)
+                alpha = r.alpha.value
+                ax.text(x, alpha / 2, f"{alpha:.2f}", ha="center", color="white", fontsize=9)
             else:
                 ax.text(x, 0.02, "no\ndrafter", ha="center", va="bottom", fontsize=8)
     ax.scatter([], [], color="black", marker="D", s=14, label="greedy")

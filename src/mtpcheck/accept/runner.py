@@ -127,16 +127,7 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
             a, b = (c[workload.name] for c in all_counts)
             greedy, alpha = paired_difference(a, b)
             deltas.append(
-                AcceptanceDelta(
-                    workload=workload.name,
-                    greedy=greedy.value,
-                    greedy_ci_low=greedy.low,
-                    greedy_ci_high=greedy.high,
-                    alpha=alpha.value,
-                    alpha_ci_low=alpha.low,
-                    alpha_ci_high=alpha.high,
-                    tokens_per_pass=alpha.value,
-                )
+                AcceptanceDelta(workload.name, greedy, alpha, tokens_per_pass=alpha.value)
             )
 
     checks = []
@@ -148,7 +139,12 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
             if r.workload == workload.name
         ]
         findings += [
-            Finding("B - A", Status.INFO, describe_delta(d), {"alpha": d.alpha, "greedy": d.greedy})
+            Finding(
+                "B - A",
+                Status.INFO,
+                describe_delta(d),
+                {"alpha": d.alpha.value, "greedy": d.greedy.value},
+            )
             for d in deltas
             if d.workload == workload.name
         ]

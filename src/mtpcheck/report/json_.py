@@ -11,6 +11,7 @@ from mtpcheck.model import (
     AcceptanceResult,
     ChainAcceptance,
     CheckpointSummary,
+    Estimate,
     OnlineAcceptance,
     Report,
     TensorComparison,
@@ -60,6 +61,10 @@ def _tensor(c: TensorComparison) -> dict[str, Any]:
     }
 
 
+def _ci(e: Estimate) -> list[float | None]:
+    return [e.low, e.high]
+
+
 def _acceptance(r: AcceptanceResult) -> dict[str, Any]:
     return {
         "checkpoint": r.checkpoint,
@@ -69,10 +74,10 @@ def _acceptance(r: AcceptanceResult) -> dict[str, Any]:
         "sequences": r.sequences,
         "positions": r.positions,
         "greedy_hits": r.greedy_hits,
-        "greedy": r.greedy,
-        "greedy_ci": [r.greedy_ci_low, r.greedy_ci_high],
-        "alpha": r.alpha,
-        "alpha_ci": [r.alpha_ci_low, r.alpha_ci_high],
+        "greedy": r.greedy.value,
+        "greedy_ci": _ci(r.greedy),
+        "alpha": r.alpha.value,
+        "alpha_ci": _ci(r.alpha),
         "tokens_per_pass": r.tokens_per_pass,
         "temperature": r.temperature,
         "chain": _chain(r.chain) if r.chain is not None else None,
@@ -86,16 +91,16 @@ def _chain(c: ChainAcceptance) -> dict[str, Any]:
         "depths": [
             {
                 "depth": d.depth,
-                "greedy": d.greedy,
-                "greedy_ci": [d.greedy_ci_low, d.greedy_ci_high],
-                "alpha": d.alpha,
-                "alpha_ci": [d.alpha_ci_low, d.alpha_ci_high],
+                "greedy": d.greedy.value,
+                "greedy_ci": _ci(d.greedy),
+                "alpha": d.alpha.value,
+                "alpha_ci": _ci(d.alpha),
                 "tokens_per_pass": d.tokens_per_pass,
             }
             for d in c.depths
         ],
-        "tokens_per_pass": c.tokens_per_pass,
-        "tokens_per_pass_ci": [c.tokens_per_pass_ci_low, c.tokens_per_pass_ci_high],
+        "tokens_per_pass": c.tokens_per_pass.value,
+        "tokens_per_pass_ci": _ci(c.tokens_per_pass),
         "greedy_tokens_per_pass": c.greedy_tokens_per_pass,
     }
 
@@ -103,10 +108,10 @@ def _chain(c: ChainAcceptance) -> dict[str, Any]:
 def _delta(d: AcceptanceDelta) -> dict[str, Any]:
     return {
         "workload": d.workload,
-        "greedy": d.greedy,
-        "greedy_ci": [d.greedy_ci_low, d.greedy_ci_high],
-        "alpha": d.alpha,
-        "alpha_ci": [d.alpha_ci_low, d.alpha_ci_high],
+        "greedy": d.greedy.value,
+        "greedy_ci": _ci(d.greedy),
+        "alpha": d.alpha.value,
+        "alpha_ci": _ci(d.alpha),
         "tokens_per_pass": d.tokens_per_pass,
     }
 

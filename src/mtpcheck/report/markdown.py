@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from mtpcheck.model import Report, Status
+from mtpcheck.model import Estimate, Report, Status
 
 ICON = {
     Status.PASS: "✅",
@@ -19,9 +19,9 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _ci(value: float, low: float | None, high: float | None, fmt: str = ".3f") -> str:
-    shown = format(value, fmt)
-    return shown if low is None or high is None else f"{shown} [{low:{fmt}}, {high:{fmt}}]"
+def _ci(e: Estimate, fmt: str = ".3f") -> str:
+    shown = format(e.value, fmt)
+    return shown if e.low is None or e.high is None else f"{shown} [{e.low:{fmt}}, {e.high:{fmt}}]"
 
 
 def _acceptance(report: Report, stream: TextIO) -> None:
@@ -36,17 +36,17 @@ def _acceptance(report: Report, stream: TextIO) -> None:
         for r in report.acceptance:
             if r.workload != workload:
                 continue
-            greedy = _ci(r.greedy, r.greedy_ci_low, r.greedy_ci_high) if r.drafter else "no drafter"
+            greedy = _ci(r.greedy) if r.drafter else "no drafter"
             stream.write(
                 f"| {_cell(workload)} | `{_cell(r.checkpoint)}` | {r.positions} | {greedy} | "
-                f"{_ci(r.alpha, r.alpha_ci_low, r.alpha_ci_high)} | {r.tokens_per_pass:.2f} |\n"
+                f"{_ci(r.alpha)} | {r.tokens_per_pass:.2f} |\n"
             )
         d = deltas.get(workload)
         if d is not None:
             stream.write(
                 f"| {_cell(workload)} | B − A | | "
-                f"{_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high, '+.3f')} | "
-                f"{_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high, '+.3f')} | "
+                f"{_ci(d.greedy, '+.3f')} | "
+                f"{_ci(d.alpha, '+.3f')} | "
                 f"{d.tokens_per_pass:+.2f} |\n"
             )
 
@@ -65,8 +65,8 @@ def _chain(report: Report, stream: TextIO) -> None:
         for d in r.chain.depths:
             stream.write(
                 f"| {_cell(r.workload)} | `{_cell(r.checkpoint)}` | {r.chain.positions} | "
-                f"{d.depth} | {_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high)} | "
-                f"{_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high)} | {d.tokens_per_pass:.2f} |\n"
+                f"{d.depth} | {_ci(d.greedy)} | "
+                f"{_ci(d.alpha)} | {d.tokens_per_pass:.2f} |\n"
             )
 
 

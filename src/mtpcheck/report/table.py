@@ -9,7 +9,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mtpcheck.model import AcceptanceResult, CheckpointSummary, MtpLayerReport, Report, Status
+from mtpcheck.model import (
+    AcceptanceResult,
+    CheckpointSummary,
+    Estimate,
+    MtpLayerReport,
+    Report,
+    Status,
+)
 from mtpcheck.units import human_size
 
 STYLE = {
@@ -57,7 +64,8 @@ def _incomplete(layer: MtpLayerReport) -> str:
     return ", ".join(parts)
 
 
-def _ci(value: float, low: float | None, high: float | None, signed: bool = False) -> str:
+def _ci(e: Estimate, signed: bool = False) -> str:
+    value, low, high = e.value, e.low, e.high
     shown = f"{value:+.3f}" if signed else f"{value:.3f}"
     if low is None or high is None:
         return shown
@@ -83,11 +91,11 @@ def _acceptance_table(report: Report) -> Table:
         cells = [Text(r.workload)]
         if label:
             cells.append(Text(label[r.checkpoint]))
-        greedy = _ci(r.greedy, r.greedy_ci_low, r.greedy_ci_high) if r.drafter else "no drafter"
+        greedy = _ci(r.greedy) if r.drafter else "no drafter"
         cells += [
             Text(f"{r.positions} / {r.sequences} seq"),
             Text(greedy, style="" if r.drafter else "yellow"),
-            Text(_ci(r.alpha, r.alpha_ci_low, r.alpha_ci_high)),
+            Text(_ci(r.alpha)),
             Text(f"{r.tokens_per_pass:.2f}"),
         ]
         return cells
@@ -103,8 +111,8 @@ def _acceptance_table(report: Report) -> Table:
                 Text(workload),
                 Text("B-A"),
                 Text(""),
-                Text(_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high, signed=True)),
-                Text(_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high, signed=True)),
+                Text(_ci(d.greedy, signed=True)),
+                Text(_ci(d.alpha, signed=True)),
                 Text(f"{d.tokens_per_pass:+.2f}"),
             )
     return table
@@ -133,8 +141,8 @@ def _chain_table(report: Report) -> Table:
             cells += [
                 Text(str(r.chain.positions) if d.depth == 1 else ""),
                 Text(str(d.depth)),
-                Text(_ci(d.greedy, d.greedy_ci_low, d.greedy_ci_high)),
-                Text(_ci(d.alpha, d.alpha_ci_low, d.alpha_ci_high)),
+                Text(_ci(d.greedy)),
+                Text(_ci(d.alpha)),
                 Text(f"{d.tokens_per_pass:.2f}"),
             ]
             table.add_row(*cells)
