@@ -174,3 +174,12 @@ def test_no_module_imports_itself_round_a_circle() -> None:
     graph = {_module_name(p): _mtpcheck_imports(p) for p in MODULES}
     assert _cycles(graph) == []
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+MAX_LINES = 600
+"""Past this a module is doing several jobs: split it by job, as accept/ is split."""
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_longer_than_a_screenful_of_jobs(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= MAX_LINES

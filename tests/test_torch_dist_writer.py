@@ -33,6 +33,7 @@ from megatron.core.transformer.transformer_layer import TransformerLayer
 from torch.distributed.checkpoint import FileSystemReader
 
 from mtpcheck.convert import megatron_config as mc
+from mtpcheck.convert import megatron_names as mn
 from mtpcheck.convert.torch_dist_writer import (
     build_sharded_state_dict,
     single_process_group,
@@ -81,7 +82,7 @@ def test_round_trip_is_bit_exact(megatron: None, tmp_path: Path, family: str) ->
     hf = hf_config(family)
     source = build_gpt_model(hf, family, seed=1)
     tensors = canonical_tensors(source)
-    assert {k: tuple(v.shape) for k, v in tensors.items()} == mc.expected_model_names(family, hf)
+    assert {k: tuple(v.shape) for k, v in tensors.items()} == mn.expected_model_names(family, hf)
 
     ckpt = _write(tmp_path, family, tensors, 1)
 
@@ -303,7 +304,7 @@ def test_qwen3_next_gated_delta_net_names(megatron: None) -> None:
         for k, v in gdn.state_dict().items()
         if not k.endswith("_extra_state")
     }
-    table = mc.expected_layer_names("qwen3_next", hf_config("qwen3_next"), 0)
+    table = mn.expected_layer_names("qwen3_next", hf_config("qwen3_next"), 0)
     attention = {k: v for k, v in table.items() if k.startswith("self_attention.")}
     fused_norm = {"self_attention.in_proj.layer_norm_weight": (16,)}
     assert {**built, **fused_norm} == attention
@@ -350,8 +351,8 @@ def test_qwen3_next_full_attention_moe_layer_names(megatron: None) -> None:
         if not k.endswith("_extra_state")
     }
     hf = hf_config("qwen3_next")
-    assert built == mc.expected_layer_names("qwen3_next", hf, 1)
-    mtp = mc.expected_mtp_layer_names("qwen3_next", hf)
+    assert built == mn.expected_layer_names("qwen3_next", hf, 1)
+    mtp = mn.expected_mtp_layer_names("qwen3_next", hf)
     assert {k.removeprefix("transformer_layer."): v for k, v in mtp.items()} == {
         **built,
         "enorm.weight": (16,),
@@ -365,7 +366,7 @@ def test_qwen3_next_full_attention_moe_layer_names(megatron: None) -> None:
 
 def test_deepseek_v3_te_spec_names_from_table() -> None:
     """Transformer Engine MLA names (Megatron-Bridge's spec): data only, TE is not installed."""
-    te = mc.expected_layer_names("deepseek_v3", hf_config("deepseek_v3"), 1, spec="te")
+    te = mn.expected_layer_names("deepseek_v3", hf_config("deepseek_v3"), 1, spec="te")
     attention = {k: v for k, v in te.items() if "self_attention" in k or "layernorm" in k}
     assert attention == {
         "input_layernorm.weight": (16,),
@@ -379,7 +380,7 @@ def test_deepseek_v3_te_spec_names_from_table() -> None:
         "pre_mlp_layernorm.weight": (16,),
     }
     with pytest.raises(ValueError, match="no local"):
-        mc.expected_layer_names("qwen3_next", hf_config("qwen3_next"), 0, spec="local")
+        mn.expected_layer_names("qwen3_next", hf_config("qwen3_next"), 0, spec="local")
 
 
 def test_the_cli_writer_imports_only_the_modules_it_uses(tmp_path: Path) -> None:

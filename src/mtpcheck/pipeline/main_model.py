@@ -3,7 +3,7 @@
 ``inspect`` judges the MTP layers against the main layers they mirror; it cannot tell that a
 main layer lost an expert or a norm, since nothing in one checkpoint says what a layer must
 hold. A conversion can: megatron-core's ``GPTModel`` of the source's config holds a known set
-of tensors (``megatron_config.expected_model_names``, checked against real GPTModels in the
+of tensors (``megatron_names.expected_model_names``, checked against real GPTModels in the
 tests), and a source that maps to less, more, or other shapes cannot be converted faithfully.
 A converter would write such a source as a checkpoint megatron-core cannot load, or crash
 half-way; so ``roundtrip`` and ``convert`` check it with the source, before converting.
@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mtpcheck.convert import builtin, megatron_config
+from mtpcheck.convert import builtin, megatron_config, megatron_names
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, TOP_LEVEL
@@ -110,7 +110,7 @@ def _judge(
     config holds and ``tensors`` lack, hold in another shape, or hold beyond it; and one per
     source tensor no mapping rule covers (``unmapped``)."""
     try:
-        expected = megatron_config.expected_model_names(key, hf_config)
+        expected = megatron_names.expected_model_names(key, hf_config)
     except KeyError as e:
         return _unbuildable(f"the config lacks {e}, which megatron-core's model needs")
     except (ValueError, TypeError) as e:
