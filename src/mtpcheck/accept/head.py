@@ -40,7 +40,7 @@ import torch
 
 from mtpcheck.dtypes import torch_name
 from mtpcheck.errors import InputError
-from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis
+from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis, fill_template
 from mtpcheck.model import Checkpoint
 
 SUPPORTED_FAMILIES = (
@@ -109,10 +109,6 @@ class HeadLayout:
     chain_hidden: ChainHidden = ChainHidden.POST_NORM
 
 
-def _fill(template: str, i: int, base: int) -> str:
-    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
-
-
 def supported_names() -> str:
     from mtpcheck.families import FAMILY_BY_NAME
 
@@ -170,15 +166,15 @@ def drafter_layouts(
                     f"{name} is {dtype}: accept supports BF16/F16/F32 MTP weights only "
                     "(quantised MTP layers not yet)",
                 )
-        enorm, hnorm, projection, final_norm = (_fill(t, i, base) for t in parts)
-        copies = {c.main: _fill(c.template, i, base) for c in family.copies}
+        enorm, hnorm, projection, final_norm = (fill_template(t, i, base) for t in parts)
+        copies = {c.main: fill_template(c.template, i, base) for c in family.copies}
         embed = copies.get(_MAIN_EMBED)
-        head = _fill(family.head_output, i, base) if family.head_output else None
+        head = fill_template(family.head_output, i, base) if family.head_output else None
         head = head or copies.get(_MAIN_HEAD)
         layouts.append(
             HeadLayout(
                 family=family.key,
-                prefix=_fill(family.layer_prefix, i, base),
+                prefix=fill_template(family.layer_prefix, i, base),
                 enorm=enorm,
                 hnorm=hnorm,
                 projection=projection,

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mtpcheck.families import declared_count, detect_family
+
 Shape = tuple[int, ...]
 
 
@@ -115,12 +117,10 @@ def _text_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any]:
     return hf_config
 
 
-def _mtp_count(cfg: Mapping[str, Any], family_key: str) -> int | None:
-    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        if cfg.get(key) is not None:
-            return int(cfg[key]) or None
-    # Qwen3-Next configs declare nothing; its loaders assume one MTP layer.
-    return 1 if family_key == "qwen3_next" else None
+def _mtp_count(hf_config: Mapping[str, Any]) -> int | None:
+    """The MTP count as every check reads it (the family's count keys, then the count its
+    loaders assume: one for Qwen3-Next, whose configs declare none); None for none."""
+    return declared_count(hf_config, detect_family(hf_config), None).value or None
 
 
 def _dtype_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def transformer_config_kwargs(hf_config: Mapping[str, Any], family_key: str) -> 
         "qk_layernorm": False,
         "hidden_dropout": 0.0,
         "attention_dropout": 0.0,
-        "mtp_num_layers": _mtp_count(cfg, family_key),
+        "mtp_num_layers": _mtp_count(hf_config),
         "use_cpu_initialization": True,
         **_dtype_kwargs(cfg),
     }

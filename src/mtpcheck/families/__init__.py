@@ -13,7 +13,9 @@ from mtpcheck.families.layout import (
     DeclaredCount,
     MtpAnalysis,
     analyse,
+    declared_count,
     detect_family,
+    fill_template,
     summarise,
 )
 
@@ -30,6 +32,8 @@ __all__ = [
     "MtpFamily",
     "SharedCopy",
     "analyse",
+    "declared_count",
     "detect_family",
+    "fill_template",
     "summarise",
 ]

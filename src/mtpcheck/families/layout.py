@@ -239,8 +239,11 @@ def _joined(names: list[str]) -> str | None:
     return joined if joined.count("\n") == len(names) else None
 
 
-def _fill(template: str, i: int, base: int, span: int = 1) -> str:
-    """``template`` for depth ``i`` (``{i}`` in a flat family's layer prefix: the flat index)."""
+def fill_template(template: str, i: int, base: int, span: int = 1) -> str:
+    """``template`` for MTP depth ``i`` of a checkpoint with ``base`` main layers: ``{i}`` the
+    depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number
+    ``base + i``, ``{first}`` / ``{last}`` the first and last flat layer of a depth spanning
+    ``span`` flat layers."""
     return (
         template.replace("{first}", str(i * span))
         .replace("{last}", str(i * span + span - 1))
@@ -398,13 +401,14 @@ def analyse(
 
     main = _main_layers(family, names, base)
     wanted = set(members) | set(range(declared.value or 0))
-    copy_names = {i: {_fill(c.template, i, base) for c in family.copies} for i in wanted}
+    copy_names = {i: {fill_template(c.template, i, base) for c in family.copies} for i in wanted}
     own = {
-        i: {_fill(t, i, base, span) for t in family.specific if i == 0 or "{" in t} for i in wanted
+        i: {fill_template(t, i, base, span) for t in family.specific if i == 0 or "{" in t}
+        for i in wanted
     }
 
     def inner_of(i: int, flat: int) -> tuple[str, set[str]]:
-        prefix = _fill(family.layer_prefix, flat, base)
+        prefix = fill_template(family.layer_prefix, flat, base)
         rest = members.get(i, set()) - own[i] - copy_names[i]
         return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
 
@@ -432,7 +436,7 @@ def analyse(
         present = members.get(i, set())
         missing = own[i] - present
         for copy in family.copies:
-            name = _fill(copy.template, i, base)
+            name = fill_template(copy.template, i, base)
             if name in present:
                 copies.append((name, copy.main))
             elif family.copy_policy is CopyPolicy.REQUIRED:
@@ -454,7 +458,7 @@ def analyse(
             missing |= _lacking(family, expected - inner, prefix, tensors)
         if matched:
             references[i] = "*, ".join(matched)
-        first = _fill(family.layer_prefix, i * span, base)
+        first = fill_template(family.layer_prefix, i * span, base)
         layers.append(_layer_report(i, first, present, missing, tensors))
     return MtpAnalysis(
         family=family,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mtpcheck.errors import MtpcheckError
-from mtpcheck.families import ConcatOrder, MtpFamily, detect_family
+from mtpcheck.families import ConcatOrder, MtpFamily, declared_count, detect_family, fill_template
 from mtpcheck.families.layout import lookup
 from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, TOP_LEVEL, Kind
 from mtpcheck.mapping.transforms import Gdn, Qkv
@@ -107,10 +107,6 @@ def gdn_layout(config: Mapping[str, Any]) -> Gdn | None:
     return Gdn(nk, dk, nv, dv)
 
 
-def _fill(template: str, i: int, base: int) -> str:
-    return template.replace("{i}", str(i)).replace("{n}", str(base + i))
-
-
 def _mtp_count(
     side: Side, family: MtpFamily, names: Collection[str], config: Mapping[str, Any], base: int
 ) -> int:
@@ -130,7 +126,8 @@ def _mtp_count(
             offset = base if "{n}" in template else 0
             pattern = re.compile("^" + regex)
             found |= {int(m.group(1)) - offset for n in names if (m := pattern.match(n))}
-    declared = _int(config, *family.count_keys) or 0
+    count = declared_count(config, family, None)
+    declared = (count.value or 0) if count.from_key else 0
     return max([declared, *(i + 1 for i in found if i >= 0)])
 
 
@@ -204,7 +201,7 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
         hf_layer, meg_layer = f"model.layers.{k}.", f"decoder.layers.{k}."
         mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn)
     for i in range(mtp):
-        inner_hf = _fill(family.layer_prefix, i, base)
+        inner_hf = fill_template(family.layer_prefix, i, base)
         inner_meg = f"mtp.layers.{i}.transformer_layer."
         mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn)
         for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
@@ -212,7 +209,7 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
                 continue
             swap = rel == "eh_proj.weight" and family.concat_order is ConcatOrder.HIDDEN_FIRST
             kind = Kind.SWAP_HALVES if swap else Kind.COPY
-            hf_name = _fill(template, i, base)
+            hf_name = fill_template(template, i, base)
             meg_name = f"mtp.layers.{i}.{rel}"
             if (hf_name if side == "hf" else meg_name) in names:
                 mappings.append(TensorMapping(meg_name, (hf_name,), kind))
@@ -223,7 +220,7 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
     # Copies belong to MTP layers that exist: none are invented for a layer that is gone.
     present = {int(m.megatron.split(".")[2]) for m in mappings if m.megatron.startswith("mtp.")}
     copies = tuple(
-        (_fill(c.template, i, base), c.main)
+        (fill_template(c.template, i, base), c.main)
         for i in range(mtp)
         if side == "hf" or i in present
         for c in family.copies
