@@ -60,7 +60,11 @@ def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_C
     return key
 
 
-def _empty_destination(dst: Path) -> None:
+def require_empty_destination(dst: Path) -> None:
+    """Refuse a destination that holds anything, or is a broken symlink (checked before any
+    work is done)."""
+    if dst.is_symlink() and not dst.exists():
+        raise InputError(dst, "destination is a broken symlink")
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise InputError(dst, "destination exists and is not empty; refusing to overwrite")
 
@@ -227,7 +231,7 @@ def hf_to_megatron(
     from mtpcheck.convert import megatron_config
 
     key = require_writable(hf)
-    _empty_destination(dst)
+    require_empty_destination(dst)
     view = as_megatron(hf)
     require_complete(view.plan, hf.path)
     # megatron-core takes seconds to import: only once the input is known to be convertible
@@ -267,7 +271,7 @@ def megatron_to_hf(
     (``fsync``ed unless ``durable=False``); ``log`` gets progress lines of a long one."""
     from mtpcheck.convert.hf_writer import write_hf
 
-    _empty_destination(dst)
+    require_empty_destination(dst)
     view = as_hf(megatron, hf_config, with_copies)
     if view.plan.unmapped:
         shown = ", ".join(view.plan.unmapped[:5])

@@ -18,11 +18,12 @@ from typing import Any
 
 from mtpcheck.checks.findings import failing_count, first_failure
 from mtpcheck.checks.inspect_checks import count_check, inspect_report, layers_check
+from mtpcheck.convert.builtin import require_empty_destination
 from mtpcheck.errors import DamagedInput
 from mtpcheck.families import analyse
 from mtpcheck.model import Checkpoint, CheckResult
 from mtpcheck.pipeline.main_model import main_model_check, megatron_main_model_check
-from mtpcheck.pipeline.output_dir import fresh_output, require_empty
+from mtpcheck.pipeline.output_dir import fresh_output
 
 
 def refuse_if_failing(
@@ -49,7 +50,7 @@ def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Pa
     from mtpcheck.convert import builtin
     from mtpcheck.formats import open_checkpoint
 
-    require_empty(dst)
+    require_empty_destination(dst)
     hf = open_checkpoint(src)
     refuse_if_failing(hf.path, inspect_report(hf).checks, "the source fails its audit")
     builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
@@ -74,7 +75,7 @@ def megatron_to_hf(
     from mtpcheck.formats import open_checkpoint
     from mtpcheck.mapping import as_hf
 
-    require_empty(dst)
+    require_empty_destination(dst)
     megatron = open_checkpoint(src, trust_pickle)
     refuse_if_failing(megatron.path, inspect_report(megatron).checks, "the source fails its audit")
     whole = megatron_main_model_check(megatron, hf_config)

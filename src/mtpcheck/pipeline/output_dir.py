@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
+from mtpcheck.convert.builtin import require_empty_destination
 from mtpcheck.errors import InputError
 
 PARTIAL = ".partial-"
@@ -40,14 +41,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def require_empty(dst: Path) -> None:
-    """Refuse a destination that holds anything (checked before any work is done)."""
-    if dst.is_symlink() and not dst.exists():
-        raise InputError(dst, "destination is a broken symlink")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise InputError(dst, "destination exists and is not empty; refusing to overwrite")
 
 
 def _missing_parents(dst: Path) -> list[Path]:
@@ -84,7 +77,7 @@ def _sync_folder(folder: Path) -> None:
 def fresh_output(dst: Path) -> Iterator[Path]:
     """A hidden folder beside ``dst`` to write into, renamed to ``dst`` when the block ends
     normally; removed, with the parents made for it, when it raises or is interrupted."""
-    require_empty(dst)
+    require_empty_destination(dst)
     made = _missing_parents(dst)
     try:
         dst.absolute().parent.mkdir(parents=True, exist_ok=True)
