@@ -10,6 +10,7 @@ q_proj/k_proj/v_proj outputs.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -104,6 +105,36 @@ def test_tensor_without_counterpart_is_refused_with_its_name(tmp_path: Path) -> 
     ):
         hf_to_megatron(open_checkpoint(src), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_fp8_quantized_source_is_refused_as_quantized(tmp_path: Path) -> None:
+    """DeepSeek's FP8 release layout: F8_E4M3 weights with one F32 ``weight_scale_inv`` per
+    128x128 block (here one block per tensor); the scales have no place in megatron-core."""
+    from safetensors.torch import load_file, save_file
+
+    src = Path(shutil.copytree(FIXTURES / "deepseek_v3", tmp_path / "src"))
+    [shard] = [p for p in sorted(src.glob("*.safetensors")) if "layers.0." in str(load_file(p))]
+    weights = load_file(shard)
+    quantized = 0
+    for name in [
+        n for n in weights if n.startswith("model.layers.0.mlp.") and n.endswith("proj.weight")
+    ]:
+        w = weights[name].float()
+        scale = w.abs().max().clamp(min=1e-12) / 448.0
+        weights[name] = (w / scale).to(torch.float8_e4m3fn)
+        weights[name + "_scale_inv"] = scale.reshape(1, 1)
+        quantized += 1
+    save_file(weights, str(shard), metadata={"format": "pt"})
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    index["weight_map"].update(dict.fromkeys(weights, shard.name))
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        InputError,
+        match=f"the source is quantized: {quantized} tensor\\(s\\) are quantization parts "
+        "\\(model.layers.0.mlp.",
+    ):
+        hf_to_megatron(open_checkpoint(src), tmp_path / "out")
+    assert quantized and not (tmp_path / "out").exists()
 
 
 def test_destination_must_be_empty(tmp_path: Path) -> None:

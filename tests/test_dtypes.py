@@ -9,7 +9,18 @@ import pytest
 import torch
 
 from mtpcheck.checks.tensor_match import _as_float
-from mtpcheck.dtypes import BY_STORAGE, BY_TORCH, DTYPES, Kind, is_fp8, itemsize, safetensors_code
+from mtpcheck.dtypes import (
+    BITS_BY_DTYPE,
+    BY_STORAGE,
+    BY_TORCH,
+    DTYPES,
+    Kind,
+    is_fp8,
+    is_high_precision,
+    itemsize,
+    safetensors_code,
+)
+from tests.thirdparty.tools import require
 
 
 @pytest.mark.parametrize("code", sorted(c for c, d in DTYPES.items() if d.torch))
@@ -60,7 +71,39 @@ def test_itemsize_and_fp8() -> None:
         None,
     )
     assert [c for c in DTYPES if is_fp8(c)] == ["F8_E5M2", "F8_E4M3"]  # not the E8M0 scales
-    with pytest.raises(KeyError):
-        itemsize("Q4_K")
+    assert itemsize("Q4_K") is None  # a block type: no element has a width
+    assert itemsize("torch.foo") is None  # a torch dtype the registry does not know
     assert safetensors_code(torch.float8_e4m3fn) == "F8_E4M3"
     assert set(BY_TORCH) >= {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float32"}
+
+
+BLOCK_TYPES = sorted(c for c, d in DTYPES.items() if d.kind is Kind.BLOCK)
+
+
+@pytest.mark.parametrize("code", BLOCK_TYPES)
+def test_block_types_have_ggmls_block_sizes(code: str) -> None:
+    require("gguf")
+    import gguf
+
+    block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[code]]
+    dtype = DTYPES[code]
+    assert (dtype.block, dtype.block_bytes) == (block, block_bytes)
+    assert dtype.nbytes(3 * block) == 3 * block_bytes
+    assert dtype.nbytes(block + 1) is None  # a partial block is no tensor
+
+
+def test_block_types_are_not_safetensors_dtypes() -> None:
+    assert len(BLOCK_TYPES) >= 10
+    assert not set(BLOCK_TYPES) & set(BITS_BY_DTYPE)
+
+
+def test_element_nbytes_and_precision() -> None:
+    assert DTYPES["BF16"].nbytes(3) == 6
+    assert DTYPES["F4"].nbytes(4) == 2 and DTYPES["F4"].nbytes(3) is None
+    assert [
+        c for c in ("BF16", "F16", "F32", "F8_E4M3", "I8", "F4", "U8") if is_high_precision(c)
+    ] == [
+        "BF16",
+        "F16",
+        "F32",
+    ]

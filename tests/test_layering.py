@@ -1,7 +1,7 @@
 """Dependencies point one way.
 
-cli -> pipeline -> (checks, convert) -> mapping -> (families, formats) -> model, errors, dtypes,
-chunks;
+cli -> pipeline -> (checks, convert) -> mapping -> (families, formats); families -> params
+(logical parameters); all -> model, errors, dtypes, chunks;
 cli -> accept -> (families, formats); report sees only the model. Heavy third-party imports
 are confined to the layers listed.
 """
@@ -24,10 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "units": set(),
     "ticker": {"units"},
     "formats": {"model", "errors", "dtypes", "chunks", "units"},
-    "families": {"model", "errors", "dtypes"},
-    "mapping": {"model", "errors", "dtypes", "chunks", "families"},
-    "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping"},
-    "convert": {"model", "errors", "dtypes", "families", "mapping", "formats", "ticker"},
+    "params": {"model", "dtypes"},
+    "families": {"model", "errors", "dtypes", "params"},
+    "mapping": {"model", "errors", "dtypes", "chunks", "families", "params"},
+    "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping", "params"},
+    "convert": {"model", "errors", "dtypes", "families", "mapping", "formats", "ticker", "params"},
     "pipeline": {
         "model",
         "errors",
@@ -38,9 +39,10 @@ ALLOWED: dict[str, set[str]] = {
         "convert",
         "units",
         "ticker",
+        "params",
     },
     "report": {"model", "errors", "units", "__init__"},
-    "accept": {"model", "errors", "dtypes", "families", "formats", "ticker"},
+    "accept": {"model", "errors", "dtypes", "families", "formats", "ticker", "params"},
     "cli": {
         "model",
         "errors",

@@ -1,6 +1,7 @@
 """Element types: one registry, keyed by the safetensors dtype code, of everything mtpcheck
 knows about each (width, kind, torch and numpy names, torch's storage class, the float layout
-of the small floats). Every other module asks here instead of keeping a table of its own."""
+of the small floats, the block of block-quantized types). Every other module asks here
+instead of keeping a table of its own."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ class Kind(str, enum.Enum):
     UINT = "uint"
     BOOL = "bool"
     COMPLEX = "complex"
+    BLOCK = "block"
+    """Block-quantized: ``block`` elements share one record of ``block_bytes`` bytes (their
+    quants and scales together), so no element has a width of its own (GGUF ``Q4_K``)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class DType:
     """The safetensors code (``BF16``, ``F8_E4M3``): what :class:`~mtpcheck.model.TensorMeta`
     carries."""
     bits: int
-    """Bits per element."""
+    """Bits per element (for a block type, the bits of one block over its elements, rounded
+    down: what a table of sizes shows, not a width to read by)."""
     kind: Kind
     torch: str | None = None
     """``torch.<name>``, where torch has the type."""
@@ -48,11 +53,31 @@ class DType:
     without one (FP8) are pickled with an untyped byte storage and their ``torch`` name."""
     layout: FloatLayout | None = None
     """For floats numpy cannot hold: how to decode their bits."""
+    block: int = 1
+    """Elements stored together in one record; 1 for element types."""
+    block_bytes: int = 0
+    """Bytes of one record of a block type (0 for element types)."""
 
     @property
     def itemsize(self) -> int | None:
-        """Bytes per element; None when an element is not a whole number of bytes."""
+        """Bytes per element; None when an element is not a whole number of bytes (sub-byte
+        and block types)."""
+        if self.block != 1:
+            return None
         return self.bits // 8 if self.bits % 8 == 0 else None
+
+    def nbytes(self, numel: int) -> int | None:
+        """Bytes ``numel`` elements take; None when they do not fill whole records."""
+        if self.block != 1:
+            blocks, rest = divmod(numel, self.block)
+            return None if rest else blocks * self.block_bytes
+        bits = numel * self.bits
+        return bits // 8 if bits % 8 == 0 else None
+
+
+def _gguf(code: str, block: int, block_bytes: int) -> DType:
+    """A GGML block type (``ggml-common.h``: ``QK4_0`` elements to a ``block_q4_0`` record)."""
+    return DType(code, block_bytes * 8 // block, Kind.BLOCK, block=block, block_bytes=block_bytes)
 
 
 _F, _I, _U = Kind.FLOAT, Kind.INT, Kind.UINT
@@ -92,20 +117,43 @@ DTYPES: Mapping[str, DType] = {
         DType("F4", 4, _F),
         DType("F6_E2M3", 6, _F),
         DType("F6_E3M2", 6, _F),
+        # GGML block types, by their ``ggml_type`` names; no safetensors file holds them
+        _gguf("Q4_0", 32, 18),
+        _gguf("Q4_1", 32, 20),
+        _gguf("Q5_0", 32, 22),
+        _gguf("Q5_1", 32, 24),
+        _gguf("Q8_0", 32, 34),
+        _gguf("Q2_K", 256, 84),
+        _gguf("Q3_K", 256, 110),
+        _gguf("Q4_K", 256, 144),
+        _gguf("Q5_K", 256, 176),
+        _gguf("Q6_K", 256, 210),
     )
 }
 
-BITS_BY_DTYPE: Mapping[str, int] = {code: d.bits for code, d in DTYPES.items()}
-"""Bits per element of each code (the header parser's hot loop reads this)."""
+BITS_BY_DTYPE: Mapping[str, int] = {
+    code: d.bits for code, d in DTYPES.items() if d.kind is not Kind.BLOCK
+}
+"""Bits per element of each element type (the safetensors header parser's hot loop reads
+this; a safetensors header naming a block type is malformed)."""
 
 BY_TORCH: Mapping[str, DType] = {d.torch: d for d in DTYPES.values() if d.torch}
 BY_STORAGE: Mapping[str, DType] = {d.storage: d for d in DTYPES.values() if d.storage}
 
 
 def itemsize(code: str) -> int | None:
-    """Bytes per element of dtype ``code``; None for sub-byte dtypes. An unknown code is a
-    ``KeyError``: readers only hand out codes of this registry."""
-    return DTYPES[code].itemsize
+    """Bytes per element of dtype ``code``; None for sub-byte and block dtypes and for a code
+    the registry lacks (a reader's ``torch.<name>`` for a torch dtype it does not know):
+    such tensors are compared byte by byte."""
+    dtype = DTYPES.get(code)
+    return dtype.itemsize if dtype is not None else None
+
+
+def is_high_precision(code: str) -> bool:
+    """Whether ``code`` is a float of 16 bits or more: how a model's weights are stored when
+    nothing quantized them (a weight of any other type is a quantized one)."""
+    dtype = DTYPES.get(code)
+    return dtype is not None and dtype.kind is Kind.FLOAT and dtype.bits >= 16
 
 
 def is_fp8(code: str) -> bool:

@@ -280,6 +280,3 @@ GENERIC_COUNT_KEYS = (
     "mtp_config.num_nextn_predict_layers",
 )
 """Count keys tried, in order, for a checkpoint of unknown family."""
-
-QUANT_COMPANION_SUFFIXES = ("_scale_inv", ".weight_scale", ".input_scale", ".weight_scale_2")
-"""Quantisation side tensors; an MTP layer kept in high precision legitimately lacks them."""

@@ -6,19 +6,13 @@ import bisect
 import functools
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from mtpcheck.dtypes import is_fp8
 from mtpcheck.errors import ConfigError
-from mtpcheck.families.catalog import (
-    FAMILIES,
-    FAMILY_BY_MODEL_TYPE,
-    GENERIC_COUNT_KEYS,
-    QUANT_COMPANION_SUFFIXES,
-)
+from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, GENERIC_COUNT_KEYS
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
 from mtpcheck.model import (
     Checkpoint,
@@ -27,6 +21,7 @@ from mtpcheck.model import (
     TensorMeta,
     total_nbytes,
 )
+from mtpcheck.params import group, logical_name, packed_modules, stored_forms
 
 _MISSING = object()
 
@@ -301,18 +296,6 @@ def _main_layers(
     return {k: frozenset(v) for k, v in grouped.items()}
 
 
-def _is_companion(rel: str) -> bool:
-    return rel.endswith(QUANT_COMPANION_SUFFIXES)
-
-
-def _companion_base(rel: str) -> str:
-    for suffix in QUANT_COMPANION_SUFFIXES:
-        if rel.endswith(suffix):
-            stem = rel[: -len(suffix)]
-            return stem if suffix == "_scale_inv" else stem + ".weight"
-    return rel
-
-
 _PER_EXPERT = re.compile(r"^mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.")
 PACKED_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 """How transformers 5 and Qwen's BF16 releases store a layer's routed experts when packed."""
@@ -395,9 +378,12 @@ def analyse(
     for template in (*family.specific, *(c.template for c in family.copies)):
         if template == family.layer_prefix:
             continue  # matched as a prefix above
-        for name, m in _full_matches(names, joined, template):
-            if (i := depth(m.groupdict())) >= 0:
-                members.setdefault(i, set()).add(name)
+        # outside the layer prefix, a quantized tensor's parts are found by their own names
+        under = template.startswith(family.layer_prefix)
+        for form in (template,) if under else stored_forms(template):
+            for name, m in _full_matches(names, joined, form):
+                if (i := depth(m.groupdict())) >= 0:
+                    members.setdefault(i, set()).add(name)
 
     main = _main_layers(family, names, base)
     wanted = set(members) | set(range(declared.value or 0))
@@ -434,7 +420,7 @@ def analyse(
     copies: list[tuple[str, str]] = []
     for i in sorted(wanted):
         present = members.get(i, set())
-        missing = own[i] - present
+        missing = {n for n in own[i] - present if not present.intersection(stored_forms(n))}
         for copy in family.copies:
             name = fill_template(copy.template, i, base)
             if name in present:
@@ -455,7 +441,7 @@ def analyse(
             matched.append(main_prefix)
             mirrors.append((prefix, main_prefix))
             expected = _in_block_form(picked[1], inner, main_prefix, tensors)
-            missing |= _lacking(family, expected - inner, prefix, tensors)
+            missing |= _lacking(family, expected - inner, expected, prefix, inner, tensors)
         if matched:
             references[i] = "*, ".join(matched)
         first = fill_template(family.layer_prefix, i * span, base)
@@ -492,19 +478,33 @@ def _shared_missing(
 
 
 def _lacking(
-    family: MtpFamily, absent: Iterable[str], prefix: str, tensors: Mapping[str, TensorMeta]
+    family: MtpFamily,
+    absent: Collection[str],
+    expected: Collection[str],
+    prefix: str,
+    inner: Collection[str],
+    tensors: Mapping[str, TensorMeta],
 ) -> set[str]:
-    """Full names of the reference layer's tensors that the MTP block under ``prefix`` lacks
-    and should hold."""
+    """Full names of the reference layer's tensors (``expected``, relative) that the MTP block
+    under ``prefix`` (holding ``inner``) lacks and should hold.
+
+    Completeness is judged per logical parameter: a parameter the block holds in another form
+    than the main layer (BF16 where the main layer is FP8 or packed INT4, or the other way
+    round) is there; its side parts (scales, zero points, shapes) are needed only where the
+    block's own copy is quantized.
+    """
+    if not absent:
+        return set()
+    held = group(prefix + rel for rel in inner)
+    main_packed = packed_modules(expected)
     missing = set()
     for rel in absent:
         if rel.startswith(family.block_lacks):
             continue  # main layers hold it, MTP blocks never do
-        if _is_companion(rel):
-            # A scale is needed only where the MTP weight itself is FP8 (or gone).
-            base_meta = tensors.get(prefix + _companion_base(rel))
-            if base_meta is not None and not is_fp8(base_meta.dtype):
-                continue
+        logical, role = logical_name(rel, main_packed)
+        param = held.get(prefix + logical)
+        if param is not None and (role.holds_values or not param.quantized(tensors)):
+            continue
         missing.add(prefix + rel)
     return missing
 

@@ -8,7 +8,7 @@ formats without knowing about them, and the built-in converter writes from them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta
+from mtpcheck.params import Role, logical_name, packed_modules
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -268,9 +269,23 @@ def _rest(meta: TensorMeta) -> tuple[str, tuple[int, ...], str, int, int, bool]:
 
 
 def require_complete(plan: Plan, where: str) -> None:
-    """Refuse to convert when some tensors have no counterpart (nothing is dropped silently)."""
-    if plan.unmapped:
-        shown = ", ".join(plan.unmapped[:5]) + (" ..." if len(plan.unmapped) > 5 else "")
+    """Refuse to convert when some tensors have no counterpart (nothing is dropped silently).
+    Parts of quantized parameters (scales, packed weights) are named as such: the rules map
+    full-precision weights, and Megatron checkpoints hold no quantizer's parts."""
+    if not plan.unmapped:
+        return
+    packed = packed_modules(plan.unmapped)
+    parts = [n for n in plan.unmapped if logical_name(n, packed)[1] is not Role.WEIGHT]
+    if parts:
         raise InputError(
-            where, f"{len(plan.unmapped)} tensor(s) have no Megatron counterpart: {shown}"
+            where,
+            f"the source is quantized: {len(parts)} tensor(s) are quantization parts "
+            f"({_few(parts)}); the mapping converts full-precision weights only",
         )
+    raise InputError(
+        where, f"{len(plan.unmapped)} tensor(s) have no Megatron counterpart: {_few(plan.unmapped)}"
+    )
+
+
+def _few(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")

@@ -1,0 +1,28 @@
+"""Logical parameters: a checkpoint's stored tensors grouped into the parameters they hold,
+each part with its role (weight, packed weight, scale, zero point, ...), and the
+quantization scheme a config declares. Sits between ``formats`` (stored tensors) and
+``families`` (which parameters an MTP layer must have)."""
+
+from mtpcheck.params.grouping import (
+    LogicalParam,
+    group,
+    logical_name,
+    packed_modules,
+    stored_forms,
+)
+from mtpcheck.params.parts import PARTS, Method, Role, StoredPart
+from mtpcheck.params.scheme import Scheme, scheme_of
+
+__all__ = [
+    "PARTS",
+    "LogicalParam",
+    "Method",
+    "Role",
+    "Scheme",
+    "StoredPart",
+    "group",
+    "logical_name",
+    "packed_modules",
+    "scheme_of",
+    "stored_forms",
+]

@@ -1,0 +1,94 @@
+"""Stored tensors grouped into logical parameters (pure functions over names and headers).
+
+A logical parameter is what the model computes with: ``<module>.weight``. A checkpoint stores
+it as one tensor, or, quantized, as several (:mod:`mtpcheck.params.parts`): completeness asks
+whether the parameter is there, in whatever form, and which of its side parts its form needs.
+Any tensor that is no quantizer's part (a norm, a bias, a router) is a parameter of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from mtpcheck.dtypes import is_high_precision
+from mtpcheck.model import TensorMeta
+from mtpcheck.params.parts import LOGICAL_SUFFIX, PART_BY_SUFFIX, PARTS, Role, StoredPart
+
+
+@dataclass(frozen=True)
+class LogicalParam:
+    """One parameter and the stored tensors that hold it."""
+
+    name: str
+    parts: tuple[tuple[Role, str], ...]
+    """(role, stored name) of each stored part, in the order :class:`Role` lists roles."""
+
+    @property
+    def stored(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.parts)
+
+    def part(self, role: Role) -> str | None:
+        return next((name for r, name in self.parts if r is role), None)
+
+    def quantized(self, tensors: Mapping[str, TensorMeta]) -> bool:
+        """Whether the values are stored quantized: packed, or a weight that is no 16- or
+        32-bit float (FP8, INT8). Side parts alone do not make a parameter quantized."""
+        if self.part(Role.PACKED) is not None:
+            return True
+        weight = self.part(Role.WEIGHT)
+        meta = tensors.get(weight) if weight is not None else None
+        return meta is not None and not is_high_precision(meta.dtype)
+
+
+def _split(name: str) -> tuple[str, StoredPart] | None:
+    """``<module>.<suffix>`` -> (module, part) where the suffix is a quantizer's part."""
+    module, dot, suffix = name.rpartition(".")
+    part = PART_BY_SUFFIX.get(suffix) if dot else None
+    return (module, part) if part is not None else None
+
+
+def packed_modules(names: Iterable[str]) -> set[str]:
+    """The modules among ``names`` that store a packed weight."""
+    return {
+        found[0]
+        for name in names
+        if (found := _split(name)) is not None and found[1].role is Role.PACKED
+    }
+
+
+def logical_name(name: str, packed_modules: Collection[str] = ()) -> tuple[str, Role]:
+    """The parameter ``name`` is a part of, and its role there. ``packed_modules`` (modules
+    storing a packed weight) decide the parts whose suffix is generic (AutoAWQ's ``scales``)."""
+    found = _split(name)
+    if found is None:
+        return name, Role.WEIGHT
+    module, part = found
+    if part.needs_packed and module not in packed_modules:
+        return name, Role.WEIGHT
+    return f"{module}.{LOGICAL_SUFFIX}", part.role
+
+
+def group(names: Iterable[str]) -> dict[str, LogicalParam]:
+    """The logical parameters of ``names``, by parameter name."""
+    names = list(names)
+    packed = packed_modules(names)
+    order = {role: k for k, role in enumerate(Role)}
+    found: dict[str, list[tuple[Role, str]]] = {}
+    for name in names:
+        logical, role = logical_name(name, packed)
+        found.setdefault(logical, []).append((role, name))
+    return {
+        logical: LogicalParam(logical, tuple(sorted(parts, key=lambda p: (order[p[0]], p[1]))))
+        for logical, parts in found.items()
+    }
+
+
+def stored_forms(logical: str) -> tuple[str, ...]:
+    """Every name a part of parameter ``logical`` can be stored under (``logical`` first);
+    just ``logical`` for a name that is not ``<module>.weight``. Placeholders (``{n}``) pass
+    through, so this works on templates."""
+    module, dot, suffix = logical.rpartition(".")
+    if not dot or suffix != LOGICAL_SUFFIX:
+        return (logical,)
+    return (logical, *(f"{module}.{p.suffix}" for p in PARTS if p.suffix != LOGICAL_SUFFIX))

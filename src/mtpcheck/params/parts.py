@@ -1,0 +1,98 @@
+"""What each stored part of a (possibly quantized) parameter holds, as data.
+
+A quantizer replaces one weight ``<module>.weight`` by several stored tensors beside it: a
+packed integer tensor, scales, zero points, a global scale, the original shape. Each suffix
+below says which part of the logical parameter ``<module>.weight`` a stored tensor is and
+which quantization formats write it. Names are those of the writers' own code:
+compressed-tensors (llm-compressor), NVIDIA modelopt's HF export, AutoAWQ / GPTQ, and the
+FP8 block releases of DeepSeek, GLM and Qwen (``weight_scale_inv``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class Role(str, enum.Enum):
+    """What a stored tensor holds of its logical parameter."""
+
+    WEIGHT = "weight"
+    """The values, one element per element: full precision, or FP8 / INT8 as stored."""
+    PACKED = "packed"
+    """Integers packed several to an element (INT4 in I32, FP4 pairs in U8)."""
+    SCALE = "scale"
+    ZERO_POINT = "zero-point"
+    GLOBAL_SCALE = "global-scale"
+    """A per-tensor scale over the grouped scales (NVFP4)."""
+    INPUT_SCALE = "input-scale"
+    """Activation quantization of the module's input (static W8A8 / NVFP4)."""
+    INPUT_GLOBAL_SCALE = "input-global-scale"
+    INPUT_ZERO_POINT = "input-zero-point"
+    SHAPE = "shape"
+    """The unpacked weight's shape, stored as a tensor (compressed-tensors pack-quantized)."""
+    G_IDX = "g-idx"
+    """Group index of each input column (GPTQ activation ordering)."""
+
+    @property
+    def holds_values(self) -> bool:
+        """Whether this part is the weight itself (as opposed to side data describing it)."""
+        return self in (Role.WEIGHT, Role.PACKED)
+
+
+class Method(str, enum.Enum):
+    """Quantization formats mtpcheck recognises, by the ``quant_method`` their configs name."""
+
+    NONE = "none"
+    FP8 = "fp8"
+    """Block-scaled FP8 (DeepSeek-V3 / GLM / Qwen FP8 releases): ``weight`` in F8_E4M3 plus
+    ``weight_scale_inv``, one scale per ``weight_block_size`` block."""
+    COMPRESSED_TENSORS = "compressed-tensors"
+    MODELOPT = "modelopt"
+    AWQ = "awq"
+    GPTQ = "gptq"
+    OTHER = "other"
+    """A ``quant_method`` mtpcheck has no part table for."""
+
+
+@dataclass(frozen=True)
+class StoredPart:
+    """One suffix a quantizer stores beside (or instead of) ``<module>.weight``."""
+
+    suffix: str
+    """The last name component, after the module path."""
+    role: Role
+    methods: tuple[Method, ...]
+    """Formats that write it (documentation, and where a suffix is ambiguous, the scope)."""
+    needs_packed: bool = False
+    """Only a part where its module also stores a packed weight: AutoAWQ / GPTQ's generic
+    names (``scales``, ``g_idx``) would otherwise take any tensor so named for a part."""
+
+
+_CT, _MO = Method.COMPRESSED_TENSORS, Method.MODELOPT
+_AUTO = (Method.AWQ, Method.GPTQ)
+
+PARTS: tuple[StoredPart, ...] = (
+    StoredPart("weight", Role.WEIGHT, (Method.NONE, Method.FP8, _CT, _MO)),
+    StoredPart("weight_scale_inv", Role.SCALE, (Method.FP8,)),
+    StoredPart("weight_packed", Role.PACKED, (_CT,)),
+    StoredPart("weight_scale", Role.SCALE, (_CT, _MO)),
+    StoredPart("weight_zero_point", Role.ZERO_POINT, (_CT,)),
+    StoredPart("weight_global_scale", Role.GLOBAL_SCALE, (_CT,)),
+    StoredPart("weight_scale_2", Role.GLOBAL_SCALE, (_MO,)),
+    StoredPart("weight_shape", Role.SHAPE, (_CT,)),
+    StoredPart("weight_g_idx", Role.G_IDX, (_CT,)),
+    StoredPart("input_scale", Role.INPUT_SCALE, (_CT, _MO)),
+    StoredPart("input_global_scale", Role.INPUT_GLOBAL_SCALE, (_CT,)),
+    StoredPart("input_zero_point", Role.INPUT_ZERO_POINT, (_CT,)),
+    StoredPart("qweight", Role.PACKED, _AUTO),
+    StoredPart("qzeros", Role.ZERO_POINT, _AUTO, needs_packed=True),
+    StoredPart("scales", Role.SCALE, _AUTO, needs_packed=True),
+    StoredPart("g_idx", Role.G_IDX, (Method.GPTQ,), needs_packed=True),
+)
+
+PART_BY_SUFFIX: Mapping[str, StoredPart] = {p.suffix: p for p in PARTS}
+
+LOGICAL_SUFFIX = "weight"
+"""The suffix a logical parameter is named by: ``<module>.weight``, whatever is stored."""

@@ -1,0 +1,120 @@
+"""The quantization scheme a checkpoint declares: its ``quantization_config`` (config.json)
+or NVIDIA modelopt's ``hf_quant_config.json``, read into one record."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mtpcheck.params.parts import Method
+
+_METHODS = {m.value: m for m in Method if m not in (Method.NONE, Method.OTHER)}
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How a checkpoint says its weights are quantized."""
+
+    method: Method
+    declared: str
+    """The ``quant_method`` as written (``""`` when none is declared)."""
+    formats: tuple[str, ...] = ()
+    """Storage formats named (compressed-tensors ``format``, modelopt ``quant_algo``)."""
+    block_size: tuple[int, ...] | None = None
+    """FP8 block releases: the ``weight_block_size`` one scale covers."""
+    ignore: tuple[str, ...] = ()
+    """Modules left unquantized, as the format spells them (names, ``re:`` patterns, globs
+    or substrings: see :meth:`ignores`)."""
+
+    def ignores(self, module: str) -> bool:
+        """Whether the scheme leaves ``module`` (a module path, no ``.weight``) unquantized,
+        by the matching rule of the tool that reads the list: compressed-tensors takes a
+        name or an ``re:`` pattern matched at the start, modelopt shell globs, transformers'
+        ``modules_to_not_convert`` (FP8, AWQ, GPTQ) any name part."""
+        for entry in self.ignore:
+            if self.method is Method.COMPRESSED_TENSORS:
+                if entry.startswith("re:"):
+                    if _match(entry[3:], module):
+                        return True
+                elif entry == module:
+                    return True
+            elif self.method is Method.MODELOPT:
+                if fnmatch.fnmatchcase(module, entry):
+                    return True
+            elif entry and entry in module:
+                return True
+        return False
+
+
+NONE = Scheme(Method.NONE, "")
+
+
+def _match(pattern: str, name: str) -> bool:
+    try:
+        return re.match(pattern, name) is not None
+    except re.error:
+        return False  # a pattern its own tool could not compile either
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
+
+
+def _ints(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(type(v) is int for v in value):
+        return tuple(value)
+    return None
+
+
+def scheme_of(
+    config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None
+) -> Scheme:
+    """The scheme ``config`` (or, failing that, modelopt's ``hf_quant_config``) declares;
+    :data:`NONE` when neither declares one. Malformed entries are read as absent: the scheme
+    describes a checkpoint, it does not validate its config."""
+    q = config.get("quantization_config")
+    if not isinstance(q, Mapping):
+        text = config.get("text_config")
+        q = text.get("quantization_config") if isinstance(text, Mapping) else None
+    if isinstance(q, Mapping):
+        declared = q.get("quant_method")
+        declared = declared if isinstance(declared, str) else ""
+        method = _METHODS.get(declared.lower(), Method.OTHER)
+        formats = _strings(q.get("format")) + _strings(q.get("quant_algo"))
+        if method is Method.COMPRESSED_TENSORS and not formats:
+            groups = q.get("config_groups")
+            if isinstance(groups, Mapping):
+                formats = tuple(
+                    sorted(
+                        {
+                            f
+                            for g in groups.values()
+                            if isinstance(g, Mapping)
+                            for f in _strings(g.get("format"))
+                        }
+                    )
+                )
+        ignore = (
+            _strings(q.get("ignore"))
+            + _strings(q.get("modules_to_not_convert"))
+            + _strings(q.get("exclude_modules"))
+        )
+        return Scheme(method, declared, formats, _ints(q.get("weight_block_size")), ignore)
+    if isinstance(hf_quant_config, Mapping):
+        inner = hf_quant_config.get("quantization")
+        inner = inner if isinstance(inner, Mapping) else {}
+        return Scheme(
+            Method.MODELOPT,
+            "modelopt",
+            _strings(inner.get("quant_algo")),
+            None,
+            _strings(inner.get("exclude_modules")),
+        )
+    return NONE
