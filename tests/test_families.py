@@ -195,3 +195,37 @@ def test_registry_is_consistent() -> None:
         "step3p5",
     }
     assert required <= set(FAMILY_BY_MODEL_TYPE)
+
+
+def test_capability_records_are_consistent() -> None:
+    """One record per family says what each part of mtpcheck can do with it."""
+    from mtpcheck.convert import megatron_config
+
+    layouts = megatron_config.layouts()
+    assert set(layouts) == set(megatron_config.LAYOUT_KWARGS)
+    for f in FAMILIES:
+        if f.writer is not None:  # a writable family is mappable, and its layout is known
+            assert f.megatron_wrapper is not None, f.key
+            assert layouts[f.writer.layout] is FAMILY_BY_MODEL_TYPE[f.writer.layout].writer
+            assert f.writer.spec in ("local", "te"), f.key
+        if f.accept.measurable:
+            assert (f.head_parts or f.megatron_wrapper) and not f.accept.why_not, f.key
+    writable = {f.key: f.writer.layout for f in FAMILIES if f.writer is not None}
+    assert writable == {
+        "deepseek_v3": "deepseek_v3",
+        "kimi_k2": "deepseek_v3",
+        "glm4_moe": "glm4_moe",
+        "glm_moe_dsa": "glm_moe_dsa",
+        "qwen3_next": "qwen3_next",
+        "mimo": "mimo",
+    }
+    measurable = [f.key for f in FAMILIES if f.accept.measurable]
+    assert measurable == [
+        "deepseek_v3",
+        "glm4_moe",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_text",
+        "step3p7",
+    ]
+    assert [f.key for f in FAMILIES if f.count_from_command_line] == ["megatron"]

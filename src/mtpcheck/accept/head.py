@@ -43,46 +43,8 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis, fill_template
 from mtpcheck.model import Checkpoint
 
-SUPPORTED_FAMILIES = (
-    "deepseek_v3",
-    "glm4_moe",
-    "qwen3_next",
-    "qwen3_5_text",
-    "qwen3_5",
-    "step3p7",
-)
-"""Registry keys whose MTP head ``accept`` can compute: each tested on a shipped fixture and
-checked against transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
-
-WHY_NOT: dict[str, str] = {
-    "glm_moe_dsa": "its DSA layer has no outside reference (transformers' MtpModel cannot run "
-    "'indexed_attention' layers)",
-    "mimo": "transformers has no MiMo class (the checkpoints ship remote code)",
-    "mimo_v2_flash": "its MTP block (sliding-window attention with its own head counts, "
-    "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot be built "
-    "for it (no num_mtp_layers in its config), so there is no outside reference",
-    "bailing": "its MTP block keeps the release's tensor names (attention.dense, "
-    "kv_a_proj_with_mqa, ...), which transformers renames while loading; accept maps names one "
-    "to one and does not apply those renames yet",
-    "step3p5": "Step-3.5 releases ship remote code only (model_type step3p5 without a "
-    "transformers class for the checkpoint's transformer.* names)",
-    "deepseek_v4": "split e_proj/h_proj projections over hyper-connection streams are not "
-    "built yet",
-    "qwen4_exp": "split projections over hyper-connection streams are not built yet",
-    "qwen4_exp_text": "split projections over hyper-connection streams are not built yet",
-    "nemotron_h": "transformers cannot run speculative decoding on its stateful Mamba layers, "
-    "and the head is not built yet",
-    "gemma4": "its drafter is a separate checkpoint (the -assistant repository)",
-    "gemma4_assistant": "this checkpoint is a drafter for a Gemma 4 model, not a model with MTP "
-    "layers",
-    "megatron": "accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)",
-}
-"""Why ``accept`` cannot measure a family yet, where there is more to say than "not yet"."""
-
 _FLOAT_DTYPES = {code: getattr(torch, torch_name(code)) for code in ("BF16", "F16", "F32")}
 """The MTP weight types accept builds a head from."""
-_MAIN_EMBED = "model.embed_tokens.weight"
-_MAIN_HEAD = "lm_head.weight"
 
 
 @dataclass(frozen=True)
@@ -110,9 +72,9 @@ class HeadLayout:
 
 
 def supported_names() -> str:
-    from mtpcheck.families import FAMILY_BY_NAME
+    from mtpcheck.families import FAMILIES
 
-    return ", ".join(FAMILY_BY_NAME[k].display for k in SUPPORTED_FAMILIES)
+    return ", ".join(f.display for f in FAMILIES if f.accept.measurable)
 
 
 def drafter_layouts(
@@ -128,7 +90,7 @@ def drafter_layouts(
     present = [layer for layer in analysis.layers if layer.present]
     family = analysis.family
     if family is not None and family.drafter is not Drafter.INSIDE:
-        return WHY_NOT.get(family.key, "no MTP layers: the drafter is a separate checkpoint")
+        return family.accept.why_not or "no MTP layers: the drafter is a separate checkpoint"
     if not present:
         declared = analysis.declared.value
         said = f"; config declares {declared} ({analysis.declared.source})" if declared else ""
@@ -141,9 +103,9 @@ def drafter_layouts(
             f"({shown})"
         )
     parts = family and (family.head_parts or family.megatron_wrapper)
-    if family is None or family.key not in SUPPORTED_FAMILIES or not parts:
+    if family is None or not family.accept.measurable or not parts:
         name = family.display if family else f"model_type {analysis.model_type!r}"
-        why = WHY_NOT.get(family.key, "") if family else ""
+        why = family.accept.why_not if family else ""
         raise InputError(
             ckpt.path,
             f"accept does not support {name} yet"
@@ -168,9 +130,10 @@ def drafter_layouts(
                 )
         enorm, hnorm, projection, final_norm = (fill_template(t, i, base) for t in parts)
         copies = {c.main: fill_template(c.template, i, base) for c in family.copies}
-        embed = copies.get(_MAIN_EMBED)
+        main_embed, main_head = family.main_shared
+        embed = copies.get(main_embed)
         head = fill_template(family.head_output, i, base) if family.head_output else None
-        head = head or copies.get(_MAIN_HEAD)
+        head = head or copies.get(main_head)
         layouts.append(
             HeadLayout(
                 family=family.key,

@@ -67,9 +67,9 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
         if found == 0:
             what = "no MTP layers declared" if d is None else "config declares 0 MTP layers"
             finding = Finding("mtp-count", Status.PASS, f"{what} ({src}); none present")
-        elif d is None and analysis.family is not None and analysis.family.key == "megatron":
-            # a bare dist_checkpointing.save (mbridge, verl) records no args: the loader is
-            # told the count on its command line, so the weights are not lost, only unlabelled
+        elif d is None and analysis.family is not None and analysis.family.count_from_command_line:
+            # the loader is told the count on its command line, so the weights are not lost,
+            # only unlabelled
             finding = Finding(
                 "mtp-count",
                 Status.WARN,

@@ -17,9 +17,6 @@ from mtpcheck.mapping.views import backward, forward, load_array, require_comple
 from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader
 from mtpcheck.ticker import Ticker
 
-WRITER_FAMILY = {"kimi_k2": "deepseek_v3"}
-"""Registry families written with another family's megatron-core layout (same architecture)."""
-
 OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
 """What to do instead, said by ``roundtrip`` (whose options those are)."""
 CONVERT_ELSEWHERE = (
@@ -43,21 +40,19 @@ def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
 
 
 def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_CONVERTER) -> str:
-    """The writer's family key for an HF config (``where`` names it in the error)."""
-    from mtpcheck.convert import megatron_config
+    """The writer's layout key for an HF config (``where`` names it in the error): the
+    family record's :class:`~mtpcheck.families.interface.MegatronWriter`."""
     from mtpcheck.mapping.plan import MappingError, mappable_family
 
     try:
         family = mappable_family(hf_config)
     except MappingError as e:
         raise InputError(where, f"{e}; {instead}") from e
-    key = WRITER_FAMILY.get(family.key, family.key)
-    info = megatron_config.FAMILIES.get(key)
-    if info is None or not info.writable:
+    if family.writer is None:
         raise InputError(
             where, f"the built-in converter cannot write {family.display} yet; {instead}"
         )
-    return key
+    return family.writer.layout
 
 
 def require_empty_destination(dst: Path) -> None:

@@ -33,66 +33,17 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from mtpcheck.families import declared_count, detect_family
+from mtpcheck.families import FAMILIES, declared_count, detect_family
+from mtpcheck.families.interface import MegatronWriter
 
 Shape = tuple[int, ...]
 
-
-@dataclass(frozen=True)
-class FamilyInfo:
-    """How megatron-core 0.16.1 builds one family."""
-
-    key: str
-    spec: str
-    """``local`` (megatron-core modules) or ``te`` (requires Transformer Engine)."""
-    builds_on_cpu: bool
-    """Whether a GPTModel of the family builds on CPU torch without Transformer Engine."""
-    note: str
-    writable: bool = True
-    """Whether the built-in converter writes the family's torch_dist layout."""
-
-
-FAMILIES: Mapping[str, FamilyInfo] = {
-    f.key: f
-    for f in (
-        FamilyInfo(
-            "glm4_moe", "local", True, "GQA + q/k/v bias + qk-norm, MoE with shared experts"
-        ),
-        FamilyInfo("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
-        FamilyInfo(
-            "deepseek_v3",
-            "local",
-            False,
-            "MLA: without Transformer Engine MultiLatentAttention's isinstance check against "
-            "the TELinear stub raises, and the local DotProductAttention rejects k_channels",
-        ),
-        FamilyInfo(
-            "glm_moe_dsa",
-            "te",
-            False,
-            "MLA with the DSA indexer: megatron-core's DSA attention needs Transformer Engine; "
-            "the writer writes the layout of megatron-core >= 0.17's experimental DSA spec "
-            "(unfused input norm, standalone q/kv norms, indexer under "
-            "self_attention.core_attention.indexer) without building the model",
-        ),
-        FamilyInfo(
-            "qwen3_next",
-            "te",
-            False,
-            "gated delta net: the experimental block spec requires Transformer Engine and "
-            "GatedDeltaNet requires the fla package; the writer writes the Transformer Engine "
-            "layout without building the model (in_proj / conv1d split by rows into the keys "
-            "GatedDeltaNet.sharded_state_dict names)",
-        ),
-    )
-}
 
 LOCAL_LAYER_KEY_MAP: Mapping[str, str] = {
     "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
@@ -101,13 +52,20 @@ LOCAL_LAYER_KEY_MAP: Mapping[str, str] = {
 """torch_dist renames of ``get_gpt_layer_local_spec`` (non-MLA): state_dict -> sharded prefix."""
 
 
-def family_info(family_key: str) -> FamilyInfo:
-    try:
-        return FAMILIES[family_key]
-    except KeyError:
+def layouts() -> dict[str, MegatronWriter]:
+    """Every megatron-core layout the writer knows, by key, in registry order: the writer
+    settings of each family written under its own key (others, like Kimi-K2, borrow one)."""
+    return {f.key: f.writer for f in FAMILIES if f.writer is not None and f.writer.layout == f.key}
+
+
+def family_info(family_key: str) -> MegatronWriter:
+    """The writer settings of the megatron-core layout ``family_key``."""
+    known = layouts()
+    if family_key not in known:
         raise ValueError(
-            f"no Megatron description for family {family_key!r}; known: {sorted(FAMILIES)}"
-        ) from None
+            f"no Megatron description for family {family_key!r}; known: {sorted(known)}"
+        )
+    return known[family_key]
 
 
 def _text_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -213,47 +171,66 @@ def transformer_config_kwargs(hf_config: Mapping[str, Any], family_key: str) -> 
         "use_cpu_initialization": True,
         **_dtype_kwargs(cfg),
     }
-    if family_key == "glm4_moe":
-        kw["qk_layernorm"] = bool(cfg.get("use_qk_norm", False))
-        kw.update(_deepseek_style_moe(cfg, num_layers))
-    elif family_key == "mimo":
-        kw["add_qkv_bias"] = True
-    elif family_key == "deepseek_v3":
-        kw.update(_mla_kwargs(cfg))
-        kw.update(_deepseek_style_moe(cfg, num_layers))
-    elif family_key == "glm_moe_dsa":
-        kw.update(_mla_kwargs(cfg))
-        kw.update(_deepseek_style_moe(cfg, num_layers))
-        kw.update(
-            {
-                "transformer_impl": "transformer_engine",
-                "experimental_attention_variant": "dsa",
-                "dsa_indexer_n_heads": int(cfg["index_n_heads"]),
-                "dsa_indexer_head_dim": int(cfg["index_head_dim"]),
-                "dsa_indexer_topk": int(cfg["index_topk"]),
-            }
-        )
-    elif family_key == "qwen3_next":
-        kw.update(
-            {
-                "transformer_impl": "transformer_engine",
-                "qk_layernorm": True,
-                "attention_output_gate": True,
-                "layernorm_zero_centered_gamma": True,
-                "experimental_attention_variant": "gated_delta_net",
-                "linear_attention_freq": [
-                    1 if t == "linear_attention" else 0
-                    for t in cfg.get("layer_types") or ["full_attention"] * num_layers
-                ],
-                "linear_conv_kernel_dim": int(cfg["linear_conv_kernel_dim"]),
-                "linear_key_head_dim": int(cfg["linear_key_head_dim"]),
-                "linear_value_head_dim": int(cfg["linear_value_head_dim"]),
-                "linear_num_key_heads": int(cfg["linear_num_key_heads"]),
-                "linear_num_value_heads": int(cfg["linear_num_value_heads"]),
-            }
-        )
-        kw.update(_qwen3_next_moe(cfg, num_layers))
+    kw.update(LAYOUT_KWARGS[family_key](cfg, num_layers))
     return kw
+
+
+def _glm4_moe(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    return {
+        "qk_layernorm": bool(cfg.get("use_qk_norm", False)),
+        **_deepseek_style_moe(cfg, num_layers),
+    }
+
+
+def _mimo(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    return {"add_qkv_bias": True}
+
+
+def _deepseek_v3(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    return {**_mla_kwargs(cfg), **_deepseek_style_moe(cfg, num_layers)}
+
+
+def _glm_moe_dsa(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    return {
+        **_deepseek_v3(cfg, num_layers),
+        "transformer_impl": "transformer_engine",
+        "experimental_attention_variant": "dsa",
+        "dsa_indexer_n_heads": int(cfg["index_n_heads"]),
+        "dsa_indexer_head_dim": int(cfg["index_head_dim"]),
+        "dsa_indexer_topk": int(cfg["index_topk"]),
+    }
+
+
+def _qwen3_next(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
+    return {
+        "transformer_impl": "transformer_engine",
+        "qk_layernorm": True,
+        "attention_output_gate": True,
+        "layernorm_zero_centered_gamma": True,
+        "experimental_attention_variant": "gated_delta_net",
+        "linear_attention_freq": [
+            1 if t == "linear_attention" else 0
+            for t in cfg.get("layer_types") or ["full_attention"] * num_layers
+        ],
+        "linear_conv_kernel_dim": int(cfg["linear_conv_kernel_dim"]),
+        "linear_key_head_dim": int(cfg["linear_key_head_dim"]),
+        "linear_value_head_dim": int(cfg["linear_value_head_dim"]),
+        "linear_num_key_heads": int(cfg["linear_num_key_heads"]),
+        "linear_num_value_heads": int(cfg["linear_num_value_heads"]),
+        **_qwen3_next_moe(cfg, num_layers),
+    }
+
+
+LAYOUT_KWARGS: Mapping[str, Callable[[Mapping[str, Any], int], dict[str, Any]]] = {
+    "glm4_moe": _glm4_moe,
+    "mimo": _mimo,
+    "deepseek_v3": _deepseek_v3,
+    "glm_moe_dsa": _glm_moe_dsa,
+    "qwen3_next": _qwen3_next,
+}
+"""What each writer layout adds to the common ``TransformerConfig`` kwargs (the code half of
+a family's :class:`~mtpcheck.families.interface.MegatronWriter`; a test checks that every
+layout a family record names has one)."""
 
 
 def _mla_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from mtpcheck.families.catalog_2026 import FAMILIES_2026
 from mtpcheck.families.interface import (
+    MEASURABLE,
+    NOT_MEASURABLE,
+    AcceptSupport,
     ChainHidden,
     ConcatOrder,
     CopyPolicy,
+    MegatronWriter,
     MtpFamily,
     SharedCopy,
 )
@@ -30,6 +34,13 @@ _DEEPSEEK_WRAPPER = (
     "model.layers.{n}.eh_proj.weight",
     "model.layers.{n}.shared_head.norm.weight",
 )
+_DEEPSEEK_WRITER = MegatronWriter(
+    "deepseek_v3",
+    "local",
+    False,
+    "MLA: without Transformer Engine MultiLatentAttention's isinstance check against the "
+    "TELinear stub raises, and the local DotProductAttention rejects k_channels",
+)
 _DEEPSEEK_COPIES = (
     SharedCopy("model.layers.{n}.embed_tokens.weight", "model.embed_tokens.weight"),
     SharedCopy("model.layers.{n}.shared_head.head.weight", "lm_head.weight"),
@@ -42,6 +53,8 @@ def _deepseek_style(
     architectures: tuple[str, ...],
     copy_policy: CopyPolicy,
     model_types: tuple[str, ...] | None = None,
+    writer: MegatronWriter | None = None,
+    accept: AcceptSupport = NOT_MEASURABLE,
     notes: str = "",
 ) -> MtpFamily:
     """Families that append MTP layers after the decoder as ``model.layers.{N+i}``."""
@@ -59,6 +72,8 @@ def _deepseek_style(
         copies=_DEEPSEEK_COPIES,
         copy_policy=copy_policy,
         megatron_wrapper=_DEEPSEEK_WRAPPER,
+        writer=writer,
+        accept=accept,
         notes=notes,
     )
 
@@ -69,6 +84,8 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "DeepSeek-V3 / R1 / V3.1",
         ("DeepseekV3ForCausalLM",),
         CopyPolicy.REQUIRED,
+        writer=_DEEPSEEK_WRITER,
+        accept=MEASURABLE,
         notes="embed_tokens and shared_head.head are stored copies of the main tensors",
     ),
     MtpFamily(
@@ -93,6 +110,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "Kimi-K2",
         ("DeepseekV3ForCausalLM",),
         CopyPolicy.REQUIRED,
+        writer=_DEEPSEEK_WRITER,
         notes="DeepSeek-V3 architecture; released configs declare 0 MTP layers",
     ),
     _deepseek_style(
@@ -100,6 +118,10 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "GLM-4.5 / 4.6 / 4.7",
         ("Glm4MoeForCausalLM",),
         CopyPolicy.OPTIONAL,
+        writer=MegatronWriter(
+            "glm4_moe", "local", True, "GQA + q/k/v bias + qk-norm, MoE with shared experts"
+        ),
+        accept=MEASURABLE,
         notes="GLM-4.5 stores embed/head copies in the MTP layer, GLM-4.6 does not",
     ),
     _deepseek_style(
@@ -113,6 +135,19 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "GLM-5",
         ("GlmMoeDsaForCausalLM",),
         CopyPolicy.NONE,
+        writer=MegatronWriter(
+            "glm_moe_dsa",
+            "te",
+            False,
+            "MLA with the DSA indexer: megatron-core's DSA attention needs Transformer "
+            "Engine; the writer writes the layout of megatron-core >= 0.17's experimental DSA "
+            "spec (unfused input norm, standalone q/kv norms, indexer under "
+            "self_attention.core_attention.indexer) without building the model",
+        ),
+        accept=AcceptSupport(
+            why_not="its DSA layer has no outside reference (transformers' MtpModel cannot "
+            "run 'indexed_attention' layers)"
+        ),
         notes="78 hidden + 1 MTP layer; no embed/head copies stored",
     ),
     MtpFamily(
@@ -134,6 +169,10 @@ FAMILIES: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         head_output="model.layers.{n}.transformer.shared_head.output.weight",
         chain_hidden=ChainHidden.PRE_NORM,
+        accept=AcceptSupport(
+            why_not="Step-3.5 releases ship remote code only (model_type step3p5 without a "
+            "transformers class for the checkpoint's transformer.* names)"
+        ),
         notes="3 dense MTP layers; each shared_head.output is trained on its own, not a copy",
     ),
     MtpFamily(
@@ -160,6 +199,16 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         gated_attention=True,
         shared_expert_style="shared_expert",
+        writer=MegatronWriter(
+            "qwen3_next",
+            "te",
+            False,
+            "gated delta net: the experimental block spec requires Transformer Engine and "
+            "GatedDeltaNet requires the fla package; the writer writes the Transformer Engine "
+            "layout without building the model (in_proj / conv1d split by rows into the keys "
+            "GatedDeltaNet.sharded_state_dict names)",
+        ),
+        accept=MEASURABLE,
         notes="config.json has no count key; serving engines assume 1 MTP layer",
     ),
     MtpFamily(
@@ -183,6 +232,10 @@ FAMILIES: tuple[MtpFamily, ...] = (
             "model.mtp_layers.{i}.hidden_layernorm.weight",
             "model.mtp_layers.{i}.input_proj.weight",
             "model.mtp_layers.{i}.final_layernorm.weight",
+        ),
+        writer=MegatronWriter("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
+        accept=AcceptSupport(
+            why_not="transformers has no MiMo class (the checkpoints ship remote code)"
         ),
         notes="input_proj multiplies cat(hidden, embedding): halves swapped against Megatron",
     ),
@@ -262,6 +315,10 @@ MEGATRON = MtpFamily(
     main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
     main_layer_prefix="decoder.layers.{k}.",
     hidden_layers_key="num_layers",
+    accept=AcceptSupport(
+        why_not="accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)"
+    ),
+    count_from_command_line=True,
     notes="native Megatron names; embedding and output head are shared with the main model",
 )
 """Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""

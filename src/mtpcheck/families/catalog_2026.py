@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mtpcheck.families.interface import (
+    MEASURABLE,
+    NOT_MEASURABLE,
+    AcceptSupport,
     ChainHidden,
     ConcatOrder,
     CopyPolicy,
@@ -38,6 +41,7 @@ def _qwen_style(
     count_keys: tuple[str, ...] = _QWEN_COUNT,
     default_count: int | None = 1,
     gated_attention: bool = True,
+    accept: AcceptSupport = NOT_MEASURABLE,
     notes: str = "",
 ) -> MtpFamily:
     """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
@@ -68,6 +72,7 @@ def _qwen_style(
         main_layer_prefix=root + "layers.{k}.",
         gated_attention=gated_attention,
         shared_expert_style="shared_expert",
+        accept=accept,
         notes=notes,
     )
 
@@ -83,6 +88,7 @@ def _appended(
     copies: tuple[SharedCopy, ...] = (),
     copy_policy: CopyPolicy = CopyPolicy.NONE,
     block_lacks: tuple[str, ...] = (),
+    accept: AcceptSupport = NOT_MEASURABLE,
     notes: str = "",
 ) -> MtpFamily:
     """DeepSeek-style families: MTP layer ``i`` appended as decoder layer
@@ -105,8 +111,14 @@ def _appended(
         main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
         block_lacks=block_lacks,
+        accept=accept,
         notes=notes,
     )
+
+
+_HC_SPLIT = AcceptSupport(
+    why_not="split projections over hyper-connection streams are not built yet"
+)
 
 
 def _qwen4_exp(key: str, model_type: str, architecture: str, root: str) -> MtpFamily:
@@ -134,6 +146,7 @@ def _qwen4_exp(key: str, model_type: str, architecture: str, root: str) -> MtpFa
         gated_attention=True,
         shared_expert_style="shared_expert",
         block_lacks=("ple.",),
+        accept=_HC_SPLIT,
         notes="main layers with per-layer embeddings (ple.*) have them; the MTP block does not",
     )
 
@@ -147,6 +160,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ("qwen3_5", "qwen3_5_moe"),
         ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
         root="model.language_model.",
+        accept=MEASURABLE,
         notes="MTP block is a full-attention layer; MoE releases pack experts in one of main "
         "and MTP and not the other, either way round",
     ),
@@ -156,6 +170,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ("qwen3_5_text", "qwen3_5_moe_text"),
         ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
         root="model.",
+        accept=MEASURABLE,
     ),
     # transformers models/exaone_moe; vLLM exaone_moe_mtp.py, SGLang exaone_moe_mtp.py.
     # The MTP block has a dense MLP (it mirrors main layer 0, not the MoE layers).
@@ -223,6 +238,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         main_shared=("embed.weight", "head.weight"),
         main_layer_prefix="layers.{k}.",
         block_lacks=("attn.compressor.", "attn.indexer."),
+        accept=AcceptSupport(
+            why_not="split e_proj/h_proj projections over hyper-connection streams are not "
+            "built yet"
+        ),
         notes="e_proj(embedding) + h_proj(hidden); the Base release stores embed/head copies",
     ),
     # Kimi-K3: SGLang kimi_k3.py, TokenSpeed kimi_k3_nextn.py; no transformers class (its text
@@ -309,6 +328,11 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         root="model.",
         tail=("final_layernorm.weight",),
         main_shared=("model.word_embeddings.weight", "lm_head.weight"),
+        accept=AcceptSupport(
+            why_not="its MTP block keeps the release's tensor names (attention.dense, "
+            "kv_a_proj_with_mqa, ...), which transformers renames while loading; accept maps "
+            "names one to one and does not apply those renames yet"
+        ),
         notes="some remote code counts the MTP layer inside num_hidden_layers; the layer is "
         "found where its eh_proj is",
     ),
@@ -337,6 +361,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ),
         head_output="model.layers.{n}.shared_head.head.weight",
         chain_hidden=ChainHidden.PRE_NORM,
+        accept=MEASURABLE,
     ),
     # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_flash_mtp.py.
     # No count key: vLLM maps the 3 layers released checkpoints hold onto one shared MTP layer
@@ -370,6 +395,11 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         projection="model.mtp.layers.{i}.eh_proj.weight",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         inner_mirrors_main=False,
+        accept=AcceptSupport(
+            why_not="its MTP block (sliding-window attention with its own head counts, "
+            "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot be "
+            "built for it (no num_mtp_layers in its config), so there is no outside reference"
+        ),
         notes="no count key; released checkpoints hold 3 MTP layers (vLLM serves one shared "
         "layer from them)",
     ),
@@ -432,6 +462,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
             ("mtp_hybrid_override_pattern", "hybrid_override_pattern"),
             ("mtp_layers_block_type", "layers_block_type"),
         ),
+        accept=AcceptSupport(
+            why_not="transformers cannot run speculative decoding on its stateful Mamba "
+            "layers, and the head is not built yet"
+        ),
     ),
     # transformers models/gemma4 and models/gemma4_assistant; vLLM gemma4_mtp.py. Gemma 4's
     # drafter is a repository of its own (<target>-assistant); the main model holds none.
@@ -447,6 +481,9 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         projection="",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         drafter=Drafter.SEPARATE,
+        accept=AcceptSupport(
+            why_not="its drafter is a separate checkpoint (the -assistant repository)"
+        ),
         notes="the drafter ships as a separate <model>-assistant repository",
     ),
     MtpFamily(
@@ -461,6 +498,9 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         projection="",
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         drafter=Drafter.IS_DRAFTER,
+        accept=AcceptSupport(
+            why_not="this checkpoint is a drafter for a Gemma 4 model, not a model with MTP layers"
+        ),
         notes="a whole drafter model; its backbone_hidden_size must equal the target's hidden_size",
     ),
 )

@@ -54,6 +54,36 @@ class Drafter(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class MegatronWriter:
+    """How mtpcheck's built-in converter writes a family as a megatron-core checkpoint."""
+
+    layout: str
+    """Registry key of the family whose megatron-core model description the writer builds
+    (Kimi-K2 is written as DeepSeek-V3: the same architecture)."""
+    spec: str
+    """``local`` (megatron-core's own modules) or ``te`` (needs Transformer Engine)."""
+    builds_on_cpu: bool
+    """Whether megatron-core builds a ``GPTModel`` of the family on CPU torch without
+    Transformer Engine (else the writer writes the layout without building the model)."""
+    note: str
+
+
+@dataclass(frozen=True)
+class AcceptSupport:
+    """Whether ``accept`` can compute the family's MTP head, and if not, why."""
+
+    measurable: bool = False
+    why_not: str = ""
+    """Said when ``accept`` refuses the family (empty: "not yet")."""
+
+
+NOT_MEASURABLE = AcceptSupport()
+MEASURABLE = AcceptSupport(measurable=True)
+"""Families ``accept`` runs: each tested on a shipped fixture and checked against
+transformers' own ``MtpModel`` (tests/test_accept_reference.py)."""
+
+
+@dataclass(frozen=True)
 class SharedCopy:
     """An MTP tensor that is a stored copy of a main-model tensor."""
 
@@ -95,6 +125,8 @@ class MtpFamily:
     main_shared: tuple[str, ...] = ("model.embed_tokens.weight", "lm_head.weight")
     """Main tensors the MTP layer uses (embedding, output head); part of the MTP diff scope."""
     main_layer_prefix: str = "model.layers.{k}."
+    main_norm: str = "model.norm.weight"
+    """The main model's final norm (the HF <-> Megatron mapping's ``final_layernorm``)."""
     inner_mirrors_main: bool = True
     """True when the MTP decoder block has the tensor set of a main decoder layer."""
     hidden_layers_key: str = "num_hidden_layers"
@@ -122,4 +154,12 @@ class MtpFamily:
     flat layers (Nemotron-H): the MTP pattern's length is the layers a depth spans, and flat
     layer ``j`` mirrors main layers of the same pattern entry. Empty: one layer a depth."""
     drafter: Drafter = Drafter.INSIDE
+    writer: MegatronWriter | None = None
+    """The built-in converter's megatron-core description; None: it cannot write the family
+    (``--to-megatron`` with a converter of one's own still can)."""
+    accept: AcceptSupport = NOT_MEASURABLE
+    count_from_command_line: bool = False
+    """Loaders are told the MTP count on their command line rather than reading it from the
+    checkpoint (bare megatron-core ``dist_checkpointing.save`` output, as mbridge and verl
+    write, records no args): an unrecorded count there is a warning, not damage."""
     notes: str = ""

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.families import ConcatOrder, MtpFamily, declared_count, detect_family, fill_template
 from mtpcheck.families.layout import lookup
-from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, TOP_LEVEL, Kind
+from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, Kind, top_level
 from mtpcheck.mapping.transforms import Gdn, Qkv
 
 Side = Literal["hf", "megatron"]
@@ -198,7 +198,8 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
 
     mappings: list[TensorMapping] = []
     for k in range(base):
-        hf_layer, meg_layer = f"model.layers.{k}.", f"decoder.layers.{k}."
+        hf_layer = family.main_layer_prefix.replace("{k}", str(k))
+        meg_layer = f"decoder.layers.{k}."
         mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn)
     for i in range(mtp):
         inner_hf = fill_template(family.layer_prefix, i, base)
@@ -213,7 +214,7 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
             meg_name = f"mtp.layers.{i}.{rel}"
             if (hf_name if side == "hf" else meg_name) in names:
                 mappings.append(TensorMapping(meg_name, (hf_name,), kind))
-    for hf_name, meg_name in TOP_LEVEL:
+    for hf_name, meg_name in top_level(family.main_shared, family.main_norm):
         if (hf_name if side == "hf" else meg_name) in names:
             mappings.append(TensorMapping(meg_name, (hf_name,), Kind.COPY))
 

@@ -136,11 +136,20 @@ DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("mlp.shared_expert_gate.weight",), "mlp.shared_experts.gate_weight", when="shared_expert"),
 )
 
-TOP_LEVEL: tuple[tuple[str, str], ...] = (
-    ("model.embed_tokens.weight", "embedding.word_embeddings.weight"),
-    ("model.norm.weight", "decoder.final_layernorm.weight"),
-    ("lm_head.weight", "output_layer.weight"),
+TOP_LEVEL_MEGATRON = (
+    "embedding.word_embeddings.weight",
+    "decoder.final_layernorm.weight",
+    "output_layer.weight",
 )
+"""Megatron's embedding, final norm and output head: a family's ``main_shared[0]``,
+``main_norm`` and ``main_shared[1]`` (:func:`top_level`)."""
+
+
+def top_level(main_shared: tuple[str, ...], main_norm: str) -> tuple[tuple[str, str], ...]:
+    """(HF name, Megatron name) of the embedding, final norm and output head."""
+    embed, head = main_shared
+    return tuple(zip((embed, main_norm, head), TOP_LEVEL_MEGATRON, strict=True))
+
 
 MEGATRON_MTP_WRAPPER = ("enorm.weight", "hnorm.weight", "eh_proj.weight", "final_layernorm.weight")
 """MTP-only tensors of a Megatron MTP layer, relative to ``mtp.layers.{i}.``."""

@@ -20,8 +20,9 @@ from typing import Any
 
 from mtpcheck.convert import builtin, megatron_config, megatron_names
 from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.mapping import as_megatron
-from mtpcheck.mapping.rules import DECODER_RULES, TOP_LEVEL
+from mtpcheck.mapping.rules import DECODER_RULES, top_level
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
 
 NAME = "main-model"
@@ -47,17 +48,19 @@ def _canonical(name: str) -> str:
     return name
 
 
-def _hf_sources(megatron: str) -> tuple[str, ...]:
-    """The HF tensors a Megatron main-model tensor is made from (as the mapping rules say),
-    for messages; empty when no rule names them."""
-    for hf, meg in TOP_LEVEL:
+def _hf_sources(megatron: str, family: MtpFamily | None) -> tuple[str, ...]:
+    """The HF tensors of ``family`` a Megatron main-model tensor is made from (as the mapping
+    rules say), for messages; empty when no rule names them."""
+    if family is None:
+        return ()
+    for hf, meg in top_level(family.main_shared, family.main_norm):
         if meg == megatron:
             return (hf,)
     m = _LAYER.match(megatron)
     if m is None:
         return ()
     prefix, rel = m.groups()
-    hf_prefix = "model.layers." + prefix.split(".")[2] + "."
+    hf_prefix = family.main_layer_prefix.replace("{k}", prefix.split(".")[2])
     for rule in DECODER_RULES:
         pattern = re.escape(rule.megatron).replace(r"\{e\}", r"(\d+)")
         found = re.fullmatch(pattern, rel)
@@ -116,6 +119,8 @@ def _judge(
     except (ValueError, TypeError) as e:
         return _unbuildable(f"megatron-core's model cannot be built from the config: {e}")
 
+    family = detect_family(hf_config)
+
     def main(name: str) -> bool:
         return not name.startswith("mtp.")
 
@@ -126,7 +131,7 @@ def _judge(
     have = {_canonical(n): m.shape for n, m in tensors.items() if main(n)}
     findings = []
     for name in sorted(want.keys() - have.keys()):
-        made_of = _hf_sources(name)
+        made_of = _hf_sources(name, family)
         hint = f"; it is made from {' + '.join(made_of)}" if made_of and sources else ""
         findings.append(
             Finding(
