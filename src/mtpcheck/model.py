@@ -32,7 +32,9 @@ class TensorMeta:
 
     name: str
     dtype: str
-    """Safetensors dtype code, e.g. ``BF16`` or ``F8_E4M3``."""
+    """A code of the dtype registry (:mod:`mtpcheck.dtypes`): the safetensors code, e.g.
+    ``BF16`` or ``F8_E4M3``, or a GGML block type such as ``Q4_K``; a reader's ``torch.<name>``
+    for a torch dtype the registry lacks."""
     shape: tuple[int, ...]
     file: str
     """Path of the file holding the bytes."""
