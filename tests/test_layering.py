@@ -9,6 +9,7 @@ are confined to the layers listed.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,22 @@ def test_imports_respect_layers(path: Path) -> None:
             assert target == layer or target in ALLOWED[layer], f"{layer} imports {name}"
         elif top in STDLIB_ONLY_OR_LISTED:
             assert top in THIRD_PARTY.get(layer, set()), f"{layer} imports {name}"
+
+
+STDLIB_ONLY: dict[str, set[str]] = {
+    # the torch_dist key scheme, which the reader and the writer share
+    "formats/torch_dist_keys.py": {"mtpcheck.errors", "mtpcheck.model"},
+}
+"""Modules that import only the standard library and these mtpcheck modules, anywhere in them."""
+
+
+@pytest.mark.parametrize("module", sorted(STDLIB_ONLY))
+def test_stdlib_only_modules(module: str) -> None:
+    for name in _imports(PACKAGE / module):
+        if name.startswith("mtpcheck"):
+            assert name in STDLIB_ONLY[module], f"{module} imports {name}"
+        else:
+            assert name.split(".")[0] in sys.stdlib_module_names, f"{module} imports {name}"
 
 
 def test_every_module_is_in_a_known_layer() -> None:

@@ -2,9 +2,10 @@
 
 Everything here is derived from the HF ``config.json`` dict of one family and is data: the
 keyword arguments of megatron-core's ``TransformerConfig`` (``transformer_config_kwargs``), the
-Megatron-LM ``args`` namespace a checkpoint's ``common.pt`` carries (``args_namespace``), and
-``layer_pattern`` / ``layer_key_map``; the canonical state_dict names and shapes a ``GPTModel``
-of that config holds are in :mod:`mtpcheck.convert.megatron_names`.
+Megatron-LM ``args`` namespace a checkpoint's ``common.pt`` carries (``args_namespace``),
+``layer_pattern`` and the torch_dist key layout (``torch_dist_layout``); the canonical
+state_dict names and shapes a ``GPTModel`` of that config holds are in
+:mod:`mtpcheck.convert.megatron_names`.
 
 Canonical names are what ``GPTModel.state_dict()`` returns, minus ``_extra_state`` entries, for
 the layer spec megatron-core uses for the family. Per family (megatron-core 0.16.1, CPU torch,
@@ -41,15 +42,18 @@ import torch.nn.functional as F
 
 from mtpcheck.families import FAMILIES, declared_count, detect_family
 from mtpcheck.families.interface import MegatronWriter
+from mtpcheck.formats.torch_dist_keys import (
+    Layout,
+    NormSpec,
+    RowParts,
+    gated_delta_net_row_parts,
+)
 
 Shape = tuple[int, ...]
 
 
-LOCAL_LAYER_KEY_MAP: Mapping[str, str] = {
-    "input_layernorm.": "self_attention.linear_qkv.layer_norm_",
-    "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_",
-}
-"""torch_dist renames of ``get_gpt_layer_local_spec`` (non-MLA): state_dict -> sharded prefix."""
+TE_VARIANTS = ("gated_delta_net", "dsa")
+"""megatron-core's experimental attention variants (Transformer Engine specs) written here."""
 
 
 def layouts() -> dict[str, MegatronWriter]:
@@ -380,13 +384,47 @@ def uses_stacked_layers(transformer_kwargs: Mapping[str, Any]) -> bool:
     )
 
 
-def layer_key_map(transformer_kwargs: Mapping[str, Any]) -> dict[str, str]:
-    """torch_dist prefix renames inside one transformer layer (state_dict -> sharded key)."""
-    if transformer_kwargs.get("transformer_impl", "local") != "local":
-        return {}
-    if transformer_kwargs.get("multi_latent_attention"):
-        return {}
-    return dict(LOCAL_LAYER_KEY_MAP)
+def torch_dist_layout(transformer_kwargs: Mapping[str, Any]) -> Layout:
+    """The torch_dist key layout of a model of these ``TransformerConfig`` kwargs (one rank).
+
+    Known for local-spec models and for the Transformer Engine variants of
+    :data:`TE_VARIANTS`; other Transformer Engine models raise NotImplementedError, since TE
+    modules carry their own extra state, which cannot be reproduced (or checked) without it.
+    """
+    kw = transformer_kwargs
+    impl = kw.get("transformer_impl", "local")
+    variant = kw.get("experimental_attention_variant")
+    te = impl == "transformer_engine" and variant in TE_VARIANTS
+    if impl != "local" and not te:
+        raise NotImplementedError(
+            f"only local-spec models and the {' / '.join(TE_VARIANTS)} variants can be "
+            f"written, not transformer_impl={impl!r}"
+        )
+    if te:
+        norms = NormSpec.TE_GATED_DELTA_NET if variant == "gated_delta_net" else NormSpec.TE_DSA
+    else:
+        norms = NormSpec.UNFUSED if kw.get("multi_latent_attention") else NormSpec.LOCAL
+    row_parts: dict[str, RowParts] = {}
+    if variant == "gated_delta_net":
+        v_heads = int(kw["linear_num_value_heads"])
+        row_parts = gated_delta_net_row_parts(
+            qk_rows=int(kw["linear_key_head_dim"]) * int(kw["linear_num_key_heads"]),
+            v_rows=int(kw["linear_value_head_dim"]) * v_heads,
+            v_heads=v_heads,
+        )
+    moe = layer_pattern(kw, "moe_layer_freq") if kw.get("num_moe_experts") else []
+    return Layout(
+        num_layers=int(kw["num_layers"]),
+        num_experts=int(kw.get("num_moe_experts") or 0),
+        stacked=uses_stacked_layers(kw),
+        glu=bool(kw.get("gated_linear_unit", False)),
+        norms=norms,
+        linear_layers=frozenset(
+            k for k, v in enumerate(layer_pattern(kw, "linear_attention_freq")) if v
+        ),
+        moe_layers=frozenset(k for k, v in enumerate(moe) if v),
+        row_parts=row_parts,
+    )
 
 
 # --- which layers are which --------------------------------------------------------------

@@ -49,7 +49,8 @@ FFN). The inner layer of ``mtp.layers.{i}.transformer_layer.`` is built from the
 
 On disk (torch_dist) the local spec of a non-MLA layer renames ``input_layernorm.`` to
 ``self_attention.linear_qkv.layer_norm_`` and ``pre_mlp_layernorm.`` to
-``mlp.linear_fc1.layer_norm_`` (``layer_key_map``); the local MLA spec renames nothing.
+``mlp.linear_fc1.layer_norm_``; the local MLA spec renames nothing
+(:mod:`mtpcheck.formats.torch_dist_keys`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 layer spec; Transformer Engine models are refused) into the ShardedTensors and ShardedObjects
 that ``GPTModel.sharded_state_dict()`` of the equivalent single-rank model (TP = PP = EP = 1)
 produces: stacked or per-layer decoder keys, the expert axis, torch_dist key renames, SwiGLU
-``[gate; up]`` fragments, ``_extra_state`` objects of linear layers, replica ids.
+``[gate; up]`` fragments, ``_extra_state`` objects of linear layers, replica ids. The keys
+follow :mod:`mtpcheck.formats.torch_dist_keys` (the scheme the torch_dist reader reads by),
+for the layout :func:`mtpcheck.convert.megatron_config.torch_dist_layout` gives the config.
 ``write_torch_dist`` saves them with megatron-core's ``dist_checkpointing`` in the Megatron-LM
 directory layout::
 
@@ -22,7 +24,6 @@ import argparse
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint import save as dcp_save
 
-from mtpcheck.convert.megatron_config import layer_key_map, layer_pattern, uses_stacked_layers
+from mtpcheck.convert.megatron_config import torch_dist_layout
 from mtpcheck.convert.megatron_import import enter_megatron_core
+from mtpcheck.formats.torch_dist_keys import Placement, to_sharded_key
 
 enter_megatron_core()  # the writer's modules only, not all of megatron-core (2 s less)
 
@@ -54,158 +56,12 @@ CONTENT_METADATA: Mapping[str, Any] = {
 }
 """What Megatron-LM 0.16 stores as ``content_metadata`` and passes to ``sharded_state_dict``."""
 
-TE_VARIANTS = ("gated_delta_net", "dsa")
-"""megatron-core's experimental attention variants (Transformer Engine specs) written here."""
 _REPLICA = (0, 0, 0)
-_DECODER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
-# megatron-core >= 0.17 names the inner layer ``mtp_model_layer`` in memory, on disk still
-# ``transformer_layer``
-_MTP_INNER = re.compile(r"(mtp\.layers\.\d+\.)(?:transformer_layer|mtp_model_layer)\.(.+)")
-_EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(.+)")
-_GLU_FC1 = re.compile(r"(?:^|\.)linear_fc1\.(?:weight|bias)$")
 _LINEAR_MODULE = re.compile(r"(?:^|\.)(?:linear_[a-z0-9_]+|eh_proj|in_proj|out_proj)$")
 _SHAPE_TOLERANT = ("embedding.word_embeddings.", "output_layer.")
 
-Offsets = tuple[tuple[int, int, int], ...]
 
-
-@dataclass(frozen=True)
-class _Layout:
-    num_layers: int
-    num_experts: int
-    stacked: bool
-    glu: bool
-    key_map: Mapping[str, str]
-    te: bool = False
-    """Transformer Engine layer specs (Qwen3-Next): norms fused per layer kind, below."""
-    linear_layers: frozenset[int] = frozenset()
-    """Decoder layers that are gated delta nets."""
-    moe_layers: frozenset[int] = frozenset()
-    row_parts: Mapping[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
-    """Module suffix -> (part name, rows) of tensors megatron-core stores split by rows."""
-    fused_input: bool = True
-    """TE layers fuse the input norm into their first linear (not DSA's MLA attention)."""
-
-    @classmethod
-    def of(cls, transformer_kwargs: Mapping[str, Any]) -> _Layout:
-        kw = transformer_kwargs
-        impl = kw.get("transformer_impl", "local")
-        variant = kw.get("experimental_attention_variant")
-        te = impl == "transformer_engine" and variant in TE_VARIANTS
-        if impl != "local" and not te:
-            # TE modules carry their own extra state, which cannot be reproduced (or checked)
-            # without Transformer Engine; only the experimental variants' layouts are known.
-            raise NotImplementedError(
-                f"only local-spec models and the {' / '.join(TE_VARIANTS)} variants can be "
-                f"written, not transformer_impl={impl!r}"
-            )
-        n = int(kw["num_layers"])
-        return cls(
-            num_layers=n,
-            num_experts=int(kw.get("num_moe_experts") or 0),
-            stacked=uses_stacked_layers(kw),
-            glu=bool(kw.get("gated_linear_unit", False)),
-            key_map=layer_key_map(kw),
-            te=te,
-            linear_layers=frozenset(
-                k for k, v in enumerate(layer_pattern(kw, "linear_attention_freq")) if v
-            ),
-            moe_layers=frozenset(k for k, v in enumerate(layer_pattern(kw, "moe_layer_freq")) if v)
-            if kw.get("num_moe_experts")
-            else frozenset(),
-            row_parts=_gdn_row_parts(kw) if variant == "gated_delta_net" else {},
-            fused_input=variant == "gated_delta_net",
-        )
-
-    def layer_key_map(self, layer: int) -> Mapping[str, str]:
-        """Norm renames inside decoder layer ``layer`` (the MTP layer is built like the last)."""
-        if not self.te:
-            return self.key_map
-        renames: dict[str, str] = {}
-        if self.fused_input:
-            renames["input_layernorm."] = (
-                "self_attention.in_proj.layer_norm_"
-                if layer in self.linear_layers
-                else "self_attention.linear_qkv.layer_norm_"
-            )
-        if layer not in self.moe_layers:
-            renames["pre_mlp_layernorm."] = "mlp.linear_fc1.layer_norm_"
-        return renames
-
-
-def _gdn_row_parts(kw: Mapping[str, Any]) -> dict[str, tuple[tuple[str, int], ...]]:
-    """How megatron-core's ``GatedDeltaNet.sharded_state_dict`` splits ``in_proj`` and
-    ``conv1d``: one key per part (``in_proj.weight.query``, ...), each part's rows."""
-    qk = int(kw["linear_key_head_dim"]) * int(kw["linear_num_key_heads"])
-    nv = int(kw["linear_num_value_heads"])
-    v = int(kw["linear_value_head_dim"]) * nv
-    return {
-        "self_attention.in_proj.weight": (
-            ("query", qk),
-            ("key", qk),
-            ("value", v),
-            ("z", v),
-            ("beta", nv),
-            ("alpha", nv),
-        ),
-        "self_attention.conv1d.weight": (("query", qk), ("key", qk), ("value", v)),
-    }
-
-
-@dataclass(frozen=True)
-class _Placement:
-    key: str
-    """Sharded key of the tensor (without the SwiGLU fragment)."""
-    offsets: Offsets
-    """Prepended axes as ``(axis, offset, fragments)``: layer axis, then expert axis."""
-    glu_fc1: bool
-    row_parts: tuple[tuple[str, int], ...] = ()
-    """Stored as one key per part (``<key>.<part>``), each these many rows."""
-
-
-def _layer_inner(
-    rest: str, layout: _Layout, prepend: Offsets, name: str, layer: int
-) -> tuple[str, Offsets]:
-    """Sharded key and offsets of one name inside a transformer layer."""
-    expert = _EXPERT.fullmatch(rest)
-    if expert:
-        e = int(expert.group(1))
-        if not 0 <= e < layout.num_experts:
-            raise ValueError(f"{name}: expert {e} outside num_moe_experts={layout.num_experts}")
-        rest = f"mlp.experts.experts.{expert.group(2)}"
-        prepend = (*prepend, (len(prepend), e, layout.num_experts))
-    for old, new in layout.layer_key_map(layer).items():
-        if rest.startswith(old):
-            rest = new + rest[len(old) :]
-            break
-    return rest, prepend
-
-
-def _place(name: str, layout: _Layout) -> _Placement:
-    decoder = _DECODER.fullmatch(name)
-    mtp = _MTP_INNER.fullmatch(name)
-    if decoder:
-        k = int(decoder.group(1))
-        if not 0 <= k < layout.num_layers:
-            raise ValueError(f"{name}: layer {k} outside num_layers={layout.num_layers}")
-        rest = decoder.group(2)
-        if layout.stacked:
-            inner, offsets = _layer_inner(rest, layout, ((0, k, layout.num_layers),), name, k)
-            key = f"decoder.layers.{inner}"
-        else:
-            inner, offsets = _layer_inner(rest, layout, (), name, k)
-            key = f"decoder.layers.{k}.{inner}"
-    elif mtp:
-        rest = mtp.group(2)
-        inner, offsets = _layer_inner(rest, layout, (), name, layout.num_layers - 1)
-        key = f"{mtp.group(1)}transformer_layer.{inner}"
-    else:
-        return _Placement(name, (), False)
-    glu = layout.glu and bool(_GLU_FC1.search(inner))
-    return _Placement(key, offsets, glu, layout.row_parts.get(rest, ()))
-
-
-def _sharded_tensors(name: str, tensor: torch.Tensor, p: _Placement) -> list[ShardedTensor]:
+def _sharded_tensors(name: str, tensor: torch.Tensor, p: Placement) -> list[ShardedTensor]:
     tolerant = name.startswith(_SHAPE_TOLERANT)
     n = len(p.offsets)
     if p.row_parts:
@@ -240,7 +96,7 @@ def _sharded_tensors(name: str, tensor: torch.Tensor, p: _Placement) -> list[Sha
     ]
 
 
-def _extra_state(name: str, p: _Placement) -> ShardedObject | None:
+def _extra_state(name: str, p: Placement) -> ShardedObject | None:
     """The ``_extra_state`` object of the linear module owning this tensor, if it has one.
 
     Megatron's local linear layers carry an (empty) extra state; norms, the router and the
@@ -268,14 +124,14 @@ def build_sharded_state_dict(
     values are ShardedTensors, a ``[gate, up]`` pair for SwiGLU ``linear_fc1`` tensors, or
     ShardedObjects. The tensors are referenced, never copied.
     """
-    layout = _Layout.of(transformer_kwargs)
+    layout = torch_dist_layout(transformer_kwargs)
     out: dict[str, Any] = {}
     for name, tensor in tensors.items():
         if name.endswith("_extra_state"):
             raise ValueError(f"{name}: pass tensors only; _extra_state entries are generated")
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-        placement = _place(name, layout)
+        placement = to_sharded_key(name, layout)
         shards = _sharded_tensors(name, tensor, placement)
         out[name] = shards if len(shards) > 1 else shards[0]
         extra = _extra_state(name, placement)

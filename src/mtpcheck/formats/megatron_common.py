@@ -1,23 +1,14 @@
 """Pieces shared by the Megatron readers: directory layout, canonical names, config, bytes.
 
 Canonical tensor names are those of ``GPTModel.state_dict()`` built with megatron-core's *local*
-(non-Transformer-Engine) layer spec, one tensor per layer and per expert:
+(non-Transformer-Engine) layer spec, one tensor per layer and per expert. The spelling rules
+(``mtp_model_layer`` spelled ``transformer_layer``, fused norms unfused, MLA fused norms kept)
+are :func:`mtpcheck.formats.torch_dist_keys.canonical_name`'s, shared with the torch_dist
+writer; :func:`canonical_name` here is that function.
 
-* ``mtp.layers.{i}.mtp_model_layer.`` (megatron-core >= 0.17 in-memory name) is spelled
-  ``mtp.layers.{i}.transformer_layer.`` (the torch_dist spelling of every version);
-* the fused-norm names that torch_dist writes even for the local spec, and that TE-spec
-  ``state_dict()`` uses, are undone:
-  ``<layer>.self_attention.linear_qkv.layer_norm_{weight,bias}`` becomes
-  ``<layer>.input_layernorm.{weight,bias}`` and
-  ``<layer>.mlp.linear_fc1.layer_norm_{weight,bias}`` becomes
-  ``<layer>.pre_mlp_layernorm.{weight,bias}`` (a TE-spec MoE layer already stores
-  ``pre_mlp_layernorm.weight``, which stays); a gated-delta-net layer's
-  ``<layer>.self_attention.in_proj.layer_norm_weight`` becomes ``<layer>.input_layernorm.weight``;
-* MLA fused norms (``self_attention.linear_q_up_proj.layer_norm_weight``,
-  ``self_attention.linear_kv_up_proj.layer_norm_weight``) have no local-spec counterpart and
-  keep their on-disk names.
-
-Layer stacking, expert axes and per-rank shards are format specific and live in the readers.
+Layer stacking and expert axes are format specific (torch_dist's in
+:mod:`mtpcheck.formats.torch_dist_keys`, the legacy format's in its reader), and so are
+per-rank shards.
 """
 
 from __future__ import annotations
@@ -30,6 +21,7 @@ from typing import Any
 
 from mtpcheck.dtypes import safetensors_code
 from mtpcheck.errors import InputError
+from mtpcheck.formats.torch_dist_keys import canonical_name as canonical_name  # re-exported
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_FILE = "run_config.yaml"
@@ -37,32 +29,8 @@ MODEL_TYPE = "megatron"
 
 _ITERATION_DIR = re.compile(r"^(iter_\d{7,}|release)$")
 
-_RENAMES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(r"(^|\.)mtp\.layers\.(\d+)\.mtp_model_layer\."),
-        r"\1mtp.layers.\2.transformer_layer.",
-    ),
-    (
-        re.compile(r"\.self_attention\.linear_qkv\.layer_norm_(weight|bias)$"),
-        r".input_layernorm.\1",
-    ),
-    (re.compile(r"\.mlp\.linear_fc1\.layer_norm_(weight|bias)$"), r".pre_mlp_layernorm.\1"),
-    # the gated delta net fuses its layer's input norm into ``in_proj``
-    (
-        re.compile(r"\.self_attention\.in_proj\.layer_norm_(weight|bias)$"),
-        r".input_layernorm.\1",
-    ),
-)
-
 EMBEDDING_NAMES = ("embedding.word_embeddings.weight", "output_layer.weight")
 """Tensors whose rows are the (possibly padded) vocabulary."""
-
-
-def canonical_name(name: str) -> str:
-    """Apply the spelling rules of the module docstring to one per-layer tensor name."""
-    for pattern, replacement in _RENAMES:
-        name = pattern.sub(replacement, name)
-    return name
 
 
 def is_model_key(key: str) -> bool:

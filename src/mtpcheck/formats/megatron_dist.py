@@ -12,14 +12,20 @@ chunks of the one tensor asked for. Where the chunks are plain tensor records th
 tensor in row bands (one chunk, a layer or expert of a stacked chunk, TP row splits, SwiGLU
 halves), their bytes are streamed by offset in bounded reads, without torch
 (:mod:`mtpcheck.formats.torch_save_record`); otherwise the chunks are loaded with torch and
-assembled. Keys are mapped to canonical names
-(:mod:`mtpcheck.formats.megatron_common`), and additionally:
+assembled. Keys are mapped to canonical names by
+:mod:`mtpcheck.formats.torch_dist_keys` (the scheme the torch_dist writer writes by), so that:
 
 * a stacked key ``<block>.layers.X`` with a leading layer axis becomes ``<block>.layers.{k}.X``;
 * ``...mlp.experts.experts.X`` with an expert axis becomes ``...mlp.experts.local_experts.{e}.X``
   (and ``experts.experts.{e}.X`` of singleton-shard saves likewise);
+* fused norms become the local spec's, ``mtp_model_layer`` becomes ``transformer_layer``;
 * ``linear_fc1.weight_w`` / ``linear_fc1.weight_v`` (gate and up halves of singleton-shard saves)
-  become one ``linear_fc1.weight``, gate rows first;
+  become one ``linear_fc1.weight``, gate rows first, and the gated delta net's row parts
+  (``in_proj.weight.query``, ...) one tensor, in the order of
+  :data:`~mtpcheck.formats.torch_dist_keys.ROW_PARTS`;
+
+and additionally:
+
 * ``embedding.word_embeddings.weight`` and ``output_layer.weight`` keep only ``vocab_size`` rows
   when the saved args declare a larger ``padded_vocab_size``; otherwise all stored rows.
 
@@ -49,7 +55,6 @@ from mtpcheck.formats.chunked_read import read_spans, slice_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     TRACKER_FILE,
-    canonical_name,
     count_decoder_layers,
     element_size,
     is_model_key,
@@ -61,6 +66,7 @@ from mtpcheck.formats.megatron_common import (
     unpadded_rows,
 )
 from mtpcheck.formats.megatron_dist_config import load_config
+from mtpcheck.formats.torch_dist_keys import KeyTemplate, row_part_order
 from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-torch-dist"
@@ -206,48 +212,6 @@ def _check_metadata_json(path: Path) -> None:
 # --- tensor plans -------------------------------------------------------------------------
 
 
-def _template(key: str) -> tuple[list[str], list[int]]:
-    """Split an on-disk key into name parts plus the positions that take axis indices."""
-    parts = key.split(".")
-    slots: list[int] = []
-    for i, part in enumerate(parts[:-1]):
-        if part == "layers":
-            if not parts[i + 1].isdigit():
-                parts.insert(i + 1, "")
-                slots.append(i + 1)
-            break
-    for i in range(len(parts) - 2):
-        if parts[i] == "experts" and parts[i + 1] == "experts":
-            parts[i + 1] = "local_experts"
-            if not parts[i + 2].isdigit():
-                parts.insert(i + 2, "")
-                slots.append(i + 2)
-            break
-    return parts, slots
-
-
-ROW_PARTS: Mapping[str, tuple[str, ...]] = {
-    "glu": ("w", "v"),
-    "in_proj": ("query", "key", "value", "z", "beta", "alpha"),
-    "conv1d": ("query", "key", "value"),
-}
-"""Tensors stored as several keys whose rows, in this order, make the canonical tensor: the
-gate and up halves of singleton-shard SwiGLU saves, and the pieces megatron-core's gated delta
-net splits its fused ``in_proj`` and ``conv1d`` weights into."""
-
-
-def _row_part(name: str) -> tuple[str, str | None]:
-    """``...linear_fc1.weight_w`` -> (``...linear_fc1.weight``, ``w``),
-    ``...in_proj.weight.query`` -> (``...in_proj.weight``, ``query``); others unchanged."""
-    stem, _, last = name.rpartition(".")
-    if stem.endswith("linear_fc1") and last in ("weight_w", "weight_v", "bias_w", "bias_v"):
-        return f"{stem}.{last[:-2]}", last[-1]
-    module = stem.removesuffix(".weight")
-    if stem.endswith(".weight") and last in ROW_PARTS.get(module.rpartition(".")[2], ()):
-        return stem, last
-    return name, None
-
-
 def _build_plans(
     metadata_file: Path, metadata: Any, config: Mapping[str, Any]
 ) -> tuple[dict[str, _Plan], list[IntegrityIssue]]:
@@ -277,10 +241,8 @@ def _build_plans(
             raise InputError(metadata_file, f"{key}: malformed size or chunk list")
         if not isinstance(dtype, torch.dtype):
             raise InputError(metadata_file, f"{key}: dtype {dtype!r} is not a torch dtype")
-        parts, slots = _template(key)
-        if len(slots) > len(size):
-            parts, slots = key.split("."), []
-        inner = size[len(slots) :]
+        template = KeyTemplate.of(key, len(size))
+        inner = size[template.axes :]
         for chunk in chunks:
             offsets = _sizes(getattr(chunk, "offsets", None))
             sizes = _sizes(getattr(chunk, "sizes", None))
@@ -300,14 +262,12 @@ def _build_plans(
                     f"chunk {list(offsets)} of {key} has {math.prod(sizes)} elements, "
                     f"more than its {length} stored bytes can hold",
                 )
-            expanded += math.prod(sizes[: len(slots)])
+            expanded += math.prod(sizes[: template.axes])
             if expanded > MAX_TENSORS:
                 raise InputError(metadata_file, f"expands to more than {MAX_TENSORS} tensors")
-            spans = [range(offsets[a], offsets[a] + sizes[a]) for a in range(len(slots))]
+            spans = [range(offsets[a], offsets[a] + sizes[a]) for a in range(template.axes)]
             for fixed in itertools.product(*spans):
-                for slot, index in zip(slots, fixed, strict=True):
-                    parts[slot] = str(index)
-                name, half = _row_part(canonical_name(".".join(parts)))
+                name, half = template.name(fixed)
                 plan = halves.setdefault(name, {}).get(half)
                 if plan is None:
                     plan = _Plan(key, dtype, inner)
@@ -353,10 +313,11 @@ def _piece(
 
 
 def _join_parts(name: str, by_part: dict[str | None, _Plan], issues: list[IntegrityIssue]) -> _Plan:
-    """One plan from the row parts of a split tensor, stacked in :data:`ROW_PARTS` order."""
+    """One plan from the row parts of a split tensor, stacked in their row order
+    (:func:`~mtpcheck.formats.torch_dist_keys.row_part_order`)."""
     if None in by_part:
         return by_part[None]
-    order = next((o for o in ROW_PARTS.values() if set(o) == set(by_part)), None)
+    order = row_part_order([p for p in by_part if p is not None])
     first = next(iter(by_part.values()))
     if order is None:
         issues.append(

@@ -18,9 +18,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mtpcheck.convert import builtin, megatron_config, megatron_names
+from mtpcheck.convert import builtin, megatron_names
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import MtpFamily, detect_family
+from mtpcheck.formats.torch_dist_keys import FUSED_NORMS
 from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, top_level
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
@@ -28,10 +29,7 @@ from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
 NAME = "main-model"
 TITLE = "Main model as megatron-core's GPTModel of the config holds it"
 
-_NORM_ALIASES = {
-    **{fused: plain for plain, fused in megatron_config.LOCAL_LAYER_KEY_MAP.items()},
-    "self_attention.in_proj.layer_norm_": "input_layernorm.",
-}
+_NORM_ALIASES = {f.fused: f.norm for f in FUSED_NORMS}
 """Norms that layer specs fuse into the next linear layer, by their unfused names: the same
 norm under the names of the local and the Transformer Engine specs."""
 _LAYER = re.compile(r"^(decoder\.layers\.\d+\.)(.*)$")
