@@ -15,7 +15,8 @@ W4A16 = ("weight_packed", "weight_scale", "weight_shape")
 
 
 def _meta(name: str, dtype: str) -> TensorMeta:
-    return TensorMeta(name, dtype, (2,), "f", 0, 4)
+    shape = (2,) if "norm" in name else (2, 2)  # norms are vectors, the rest matrices
+    return TensorMeta(name, dtype, shape, "f", 0, 8)
 
 
 def test_parts_group_under_the_weight_they_replace() -> None:
@@ -145,11 +146,12 @@ def _checkpoint(main: tuple[str, ...], mtp: tuple[str, ...], mtp_dtype: str = "B
                 name = f"model.layers.{k}.{linear}.{s}"
                 dtype = mtp_dtype if k and s == "weight" else "BF16"
                 tensors[name] = _meta(name, "I32" if s == "weight_packed" else dtype)
-        tensors[f"model.layers.{k}.input_layernorm.weight"] = _meta("n", "BF16")
+        tensors[f"model.layers.{k}.input_layernorm.weight"] = _meta("norm", "BF16")
     for rel in ("enorm", "hnorm", "shared_head.norm", "embed_tokens", "shared_head.head"):
         tensors[f"model.layers.1.{rel}.weight"] = _meta(rel, "BF16")
     for s in mtp:
-        tensors[f"model.layers.1.eh_proj.{s}"] = _meta("eh_proj", "I32")
+        dtype = "I32" if s == "weight_packed" else mtp_dtype if s == "weight" else "BF16"
+        tensors[f"model.layers.1.eh_proj.{s}"] = _meta("eh_proj", dtype)
     return tensors
 
 

@@ -220,6 +220,15 @@ class Prefetches(Protocol):
 
 
 @runtime_checkable
+class DeclaresQuantization(Protocol):
+    """A checkpoint with a quantization description beside its config (NVIDIA modelopt's
+    ``hf_quant_config.json``); None when the checkpoint has none."""
+
+    @property
+    def quant_config(self) -> Mapping[str, Any] | None: ...
+
+
+@runtime_checkable
 class HeadersOnly(Protocol):
     """A checkpoint known by its headers, whose tensor bytes may not be at hand (a Hub
     repository): ``why_no_bytes`` is empty when they can be read."""
@@ -281,6 +290,9 @@ class TensorStatus(str, enum.Enum):
     UNREADABLE = "unreadable"
     NOT_COMPARED = "not_compared"
     """Same dtype and shape, bytes not at hand (a Hub repository read by its headers)."""
+    QUANTIZED = "quantized"
+    """One parameter stored in different forms, one of them quantized (BF16 in A, packed
+    INT4 + scales in B): not comparable byte for byte; ``diff --dequantize`` compares values."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +309,12 @@ class TensorComparison:
     """Index (in the tensor's shape) of the first differing element."""
     max_abs_diff: float | None = None
     """Context only: the verdict is decided by bytes, never by this value."""
+    storage: tuple[str, str] | None = None
+    """QUANTIZED only: how each side stores the parameter (``BF16``, ``INT4: weight_packed
+    I32 [8, 4] + weight_scale BF16 [8, 1]``)."""
+    steps: float | None = None
+    """QUANTIZED, dequantized: the largest difference between B's dequantized values and A's,
+    in units of B's quantization step there (at most about 0.5 when B rounds A)."""
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.header_match import compare_by_headers
+from mtpcheck.checks.quant_checks import quantization_check
+from mtpcheck.checks.quant_pairs import quantized_copy
 from mtpcheck.checks.shape_checks import shapes_check
 from mtpcheck.checks.tensor_match import compare
 from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
+    DeclaresQuantization,
     Finding,
     HeadersOnly,
     MtpLayerReport,
@@ -17,6 +20,7 @@ from mtpcheck.model import (
     Status,
     TensorStatus,
 )
+from mtpcheck.params import Scheme, scheme_of
 
 
 def family_check(analysis: MtpAnalysis) -> CheckResult:
@@ -177,7 +181,12 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     """Stored MTP copies of main tensors must equal them bit for bit."""
     findings = []
     no_bytes = ckpt.why_no_bytes if isinstance(ckpt, HeadersOnly) else ""
+    scheme = _scheme(ckpt)
     for copy, main in analysis.copies:
+        quantized = quantized_copy(ckpt.tensors, main, copy, scheme)
+        if quantized is not None:
+            findings.append(Finding(copy, Status.INFO, quantized))
+            continue
         if no_bytes:
             c = compare_by_headers(ckpt, ckpt, [(main, copy)])[0]
             if c.status is TensorStatus.NOT_COMPARED:
@@ -222,8 +231,14 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     return CheckResult("shared-copies", "MTP copies of embedding and head", tuple(findings))
 
 
+def _scheme(ckpt: Checkpoint) -> Scheme:
+    quant = ckpt.quant_config if isinstance(ckpt, DeclaresQuantization) else None
+    return scheme_of(ckpt.config, quant)
+
+
 def inspect_report(ckpt: Checkpoint) -> Report:
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    quantization = quantization_check(analysis, ckpt.tensors, _scheme(ckpt))
     checks = (
         integrity_check([("", ckpt)]),
         family_check(analysis),
@@ -231,5 +246,6 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         layers_check(analysis),
         shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),
+        *((quantization,) if quantization is not None else ()),
     )
     return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)

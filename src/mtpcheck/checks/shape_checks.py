@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mtpcheck.dtypes import is_fp8, is_high_precision
 from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
 from mtpcheck.families.layout import lookup, matches_template
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
@@ -59,6 +60,18 @@ def _mirror_of(analysis: MtpAnalysis, name: str) -> str | None:
     return None
 
 
+def _element_per_value(dtype: str) -> bool:
+    """Whether a tensor of ``dtype`` stores one value per element, so that its shape is the
+    parameter's (not FP4 pairs in U8 under the weight's own name, as modelopt writes NVFP4)."""
+    return is_high_precision(dtype) or is_fp8(dtype) or dtype == "I8"
+
+
+def _comparable(a: str, b: str) -> bool:
+    """Shapes compare where both tensors are stored alike (a BF16 MTP weight beside an NVFP4
+    main weight has a packed shape to compare with, not the parameter's)."""
+    return a == b or (_element_per_value(a) and _element_per_value(b))
+
+
 def _skip(reason: str) -> CheckResult:
     return CheckResult(NAME, TITLE, (Finding("mtp shapes", Status.SKIP, reason),))
 
@@ -80,9 +93,15 @@ def shapes_check(
     checked = 0
     for name in names:
         shape = tensors[name].shape
-        expected = _wrapper_expectations(family, hidden, name) if hidden else None
+        whole = _element_per_value(tensors[name].dtype)
+        expected = _wrapper_expectations(family, hidden, name) if hidden and whole else None
         mirror = _mirror_of(analysis, name)
-        if expected is None and mirror is not None and mirror in tensors:
+        if (
+            expected is None
+            and mirror is not None
+            and mirror in tensors
+            and _comparable(tensors[name].dtype, tensors[mirror].dtype)
+        ):
             expected = tensors[mirror].shape, f"as {mirror}, the main-layer tensor it mirrors"
         if expected is None:
             continue

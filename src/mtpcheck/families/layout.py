@@ -21,7 +21,7 @@ from mtpcheck.model import (
     TensorMeta,
     total_nbytes,
 )
-from mtpcheck.params import group, logical_name, packed_modules, stored_forms
+from mtpcheck.params import FUSED_EXPERTS, group, logical_name, packed_modules, stored_forms
 
 _MISSING = object()
 
@@ -297,7 +297,7 @@ def _main_layers(
 
 
 _PER_EXPERT = re.compile(r"^mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.")
-PACKED_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+PACKED_EXPERTS = tuple(FUSED_EXPERTS)
 """How transformers 5 and Qwen's BF16 releases store a layer's routed experts when packed."""
 
 
@@ -387,7 +387,10 @@ def analyse(
 
     main = _main_layers(family, names, base)
     wanted = set(members) | set(range(declared.value or 0))
-    copy_names = {i: {fill_template(c.template, i, base) for c in family.copies} for i in wanted}
+    copy_names = {
+        i: {f for c in family.copies for f in stored_forms(fill_template(c.template, i, base))}
+        for i in wanted
+    }
     own = {
         i: {fill_template(t, i, base, span) for t in family.specific if i == 0 or "{" in t}
         for i in wanted
@@ -423,8 +426,8 @@ def analyse(
         missing = {n for n in own[i] - present if not present.intersection(stored_forms(n))}
         for copy in family.copies:
             name = fill_template(copy.template, i, base)
-            if name in present:
-                copies.append((name, copy.main))
+            if name in present or present.intersection(stored_forms(name)):
+                copies.append((name, copy.main))  # quantized copies too, by their parameter
             elif family.copy_policy is CopyPolicy.REQUIRED:
                 missing.add(name)
         matched: list[str] = []

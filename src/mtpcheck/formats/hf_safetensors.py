@@ -24,6 +24,7 @@ from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta, TensorT
 
 INDEX_SUFFIX = ".safetensors.index.json"
 FORMAT = "hf-safetensors"
+QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class HfCheckpoint:
     cross_checked: str = "headers"
     format: str = FORMAT
     naming: Naming = Naming.HF
+    quant_config: Mapping[str, Any] | None = None
+    """``hf_quant_config.json`` (NVIDIA modelopt's exports), where present."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
@@ -67,6 +70,8 @@ class HfSafetensorsReader:
     def open(self, path: Path) -> HfCheckpoint:
         root, index_file, single = _locate(path)
         config, config_path = _load_config(root)
+        quant_file = root / QUANT_CONFIG_FILE
+        quant_config = read_config(quant_file) if quant_file.exists() else None
         with _gc_paused():
             if index_file is not None:
                 tensors, issues = _open_indexed(root, index_file)
@@ -80,6 +85,7 @@ class HfSafetensorsReader:
             tensors=tensors,
             issues=tuple(issues),
             cross_checked=cross_checked(index_file is not None, len(files_of(tensors))),
+            quant_config=quant_config,
         )
 
 

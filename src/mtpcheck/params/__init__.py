@@ -10,10 +10,11 @@ from mtpcheck.params.grouping import (
     packed_modules,
     stored_forms,
 )
-from mtpcheck.params.parts import PARTS, Method, Role, StoredPart
+from mtpcheck.params.parts import FUSED_EXPERTS, PARTS, Method, Role, StoredPart
 from mtpcheck.params.scheme import Scheme, scheme_of
 
 __all__ = [
+    "FUSED_EXPERTS",
     "PARTS",
     "LogicalParam",
     "Method",

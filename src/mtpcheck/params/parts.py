@@ -96,3 +96,12 @@ PART_BY_SUFFIX: Mapping[str, StoredPart] = {p.suffix: p for p in PARTS}
 
 LOGICAL_SUFFIX = "weight"
 """The suffix a logical parameter is named by: ``<module>.weight``, whatever is stored."""
+
+
+FUSED_EXPERTS: Mapping[str, tuple[str, ...]] = {
+    "mlp.experts.gate_up_proj": ("gate_proj", "up_proj"),
+    "mlp.experts.down_proj": ("down_proj",),
+}
+"""Routed experts stored fused, one ``[experts, rows, columns]`` tensor per kind (how
+transformers 5 and Qwen's BF16 releases store them), and the per-expert projections whose
+rows each holds, in order (``mlp.experts.{e}.gate_proj.weight`` then ``up_proj``)."""

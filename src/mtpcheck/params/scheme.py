@@ -28,25 +28,43 @@ class Scheme:
     ignore: tuple[str, ...] = ()
     """Modules left unquantized, as the format spells them (names, ``re:`` patterns, globs
     or substrings: see :meth:`ignores`)."""
+    targets: tuple[str, ...] = ()
+    """compressed-tensors ``config_groups[*].targets``: module class names (``Linear``) or
+    ``re:`` patterns of module names; empty: every weight matrix."""
+    weight_bits: int | None = None
+    """Bits of a quantized weight element, where the config says (``num_bits``, ``bits``)."""
+    group_size: int | None = None
+
+    def ignoring_entry(self, module: str) -> str | None:
+        """The ignore entry that leaves ``module`` unquantized, if any (see :meth:`ignores`)."""
+        return next((e for e in self.ignore if self._matches(e, module)), None)
+
+    def quantizes(self, module: str) -> bool:
+        """Whether a weight matrix of ``module`` is to be stored quantized: the scheme
+        quantizes something, the module is not ignored and (compressed-tensors) a target
+        names it, by class (``Linear``: any matrix) or by an ``re:`` pattern."""
+        if self.method is Method.NONE or self.ignoring_entry(module) is not None:
+            return False
+        patterns = [t[3:] for t in self.targets if t.startswith("re:")]
+        return (
+            not self.targets
+            or len(patterns) < len(self.targets)
+            or any(_match(p, module) for p in patterns)
+        )
+
+    def _matches(self, entry: str, module: str) -> bool:
+        if self.method is Method.COMPRESSED_TENSORS:
+            return _match(entry[3:], module) if entry.startswith("re:") else entry == module
+        if self.method is Method.MODELOPT:
+            return fnmatch.fnmatchcase(module, entry)
+        return bool(entry) and entry in module
 
     def ignores(self, module: str) -> bool:
         """Whether the scheme leaves ``module`` (a module path, no ``.weight``) unquantized,
         by the matching rule of the tool that reads the list: compressed-tensors takes a
         name or an ``re:`` pattern matched at the start, modelopt shell globs, transformers'
         ``modules_to_not_convert`` (FP8, AWQ, GPTQ) any name part."""
-        for entry in self.ignore:
-            if self.method is Method.COMPRESSED_TENSORS:
-                if entry.startswith("re:"):
-                    if _match(entry[3:], module):
-                        return True
-                elif entry == module:
-                    return True
-            elif self.method is Method.MODELOPT:
-                if fnmatch.fnmatchcase(module, entry):
-                    return True
-            elif entry and entry in module:
-                return True
-        return False
+        return self.ignoring_entry(module) is not None
 
 
 NONE = Scheme(Method.NONE, "")
@@ -65,6 +83,10 @@ def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(v for v in value if isinstance(v, str))
     return ()
+
+
+def _first_int(values: list[Any]) -> int | None:
+    return next((v for v in values if type(v) is int and v > 0), None)
 
 
 def _ints(value: Any) -> tuple[int, ...] | None:
@@ -88,33 +110,46 @@ def scheme_of(
         declared = declared if isinstance(declared, str) else ""
         method = _METHODS.get(declared.lower(), Method.OTHER)
         formats = _strings(q.get("format")) + _strings(q.get("quant_algo"))
-        if method is Method.COMPRESSED_TENSORS and not formats:
-            groups = q.get("config_groups")
-            if isinstance(groups, Mapping):
-                formats = tuple(
-                    sorted(
-                        {
-                            f
-                            for g in groups.values()
-                            if isinstance(g, Mapping)
-                            for f in _strings(g.get("format"))
-                        }
-                    )
-                )
+        groups = q.get("config_groups")
+        groups = (
+            [g for g in groups.values() if isinstance(g, Mapping)]
+            if isinstance(groups, Mapping)
+            else []
+        )
+        if not formats:
+            formats = tuple(sorted({f for g in groups for f in _strings(g.get("format"))}))
+        targets = tuple(t for g in groups for t in _strings(g.get("targets")))
+        weights = [g["weights"] for g in groups if isinstance(g.get("weights"), Mapping)]
+        bits = _first_int([w.get("num_bits") for w in weights] + [q.get("bits"), q.get("w_bit")])
+        group = _first_int(
+            [w.get("group_size") for w in weights] + [q.get("group_size"), q.get("q_group_size")]
+        )
         ignore = (
             _strings(q.get("ignore"))
             + _strings(q.get("modules_to_not_convert"))
             + _strings(q.get("exclude_modules"))
         )
-        return Scheme(method, declared, formats, _ints(q.get("weight_block_size")), ignore)
+        return Scheme(
+            method,
+            declared,
+            formats,
+            _ints(q.get("weight_block_size"))
+            or next((b for w in weights if (b := _ints(w.get("block_structure")))), None),
+            ignore,
+            targets,
+            bits,
+            group,
+        )
     if isinstance(hf_quant_config, Mapping):
         inner = hf_quant_config.get("quantization")
         inner = inner if isinstance(inner, Mapping) else {}
+        algo = _strings(inner.get("quant_algo"))
         return Scheme(
             Method.MODELOPT,
             "modelopt",
-            _strings(inner.get("quant_algo")),
+            algo,
             None,
             _strings(inner.get("exclude_modules")),
+            group_size=_first_int([inner.get("group_size")]),
         )
     return NONE

@@ -1,0 +1,169 @@
+"""How a quantized checkpoint stores its MTP layers, and whether that agrees with what its
+quantization config tells a serving engine to build.
+
+An engine builds each module from the config: quantized where the scheme quantizes it, plain
+where an ignore entry leaves it out. Weights stored in the other form do not load (vLLM:
+shape assertions, "No compressed-tensors compatible scheme"), or load into a layer that is
+then left uninitialised (vLLM #37667: 0 % acceptance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from mtpcheck.families import MtpAnalysis
+from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.params import LogicalParam, Method, Scheme, group, stored_forms
+from mtpcheck.params.storage import Storage, describe_storages, is_matrix, storage_of
+
+NAME = "mtp-quantization"
+TITLE = "MTP storage against the quantization config"
+_SHOWN = 3
+
+
+def _module(param: LogicalParam) -> str:
+    return param.name.removesuffix(".weight")
+
+
+def _counterpart(name: str, tensors: Mapping[str, TensorMeta]) -> LogicalParam | None:
+    """The main layer's parameter ``name``, in whatever form it is stored."""
+    held = [n for n in stored_forms(name) if n in tensors]
+    return group(held).get(name) if held else None
+
+
+def _scheme_words(scheme: Scheme) -> str:
+    words = scheme.declared or scheme.method.value
+    if scheme.formats:
+        words += " " + "/".join(scheme.formats)
+    if scheme.group_size:
+        words += f", group {scheme.group_size}"
+    return words
+
+
+def _few(modules: Sequence[str]) -> str:
+    more = len(modules) - _SHOWN
+    return ", ".join(modules[:_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def quantization_check(
+    analysis: MtpAnalysis, tensors: Mapping[str, TensorMeta], scheme: Scheme
+) -> CheckResult | None:
+    """One finding per MTP layer (its storage, beside the main layers'), plus a FAIL for each
+    kind of disagreement with the config; None for a checkpoint nothing quantizes."""
+    mirrors = dict(analysis.mirrors)
+    layers = []
+    quantized_anywhere = scheme.method is not Method.NONE
+    for layer in analysis.layers:
+        if not layer.present:
+            continue
+        own: list[tuple[LogicalParam, Storage, Storage | None]] = []
+        prefix_len = len(layer.prefix)
+        for param in group(layer.present).values():
+            if not is_matrix(param, tensors):
+                continue
+            storage = storage_of(param, tensors, scheme)
+            main = None
+            for prefix, main_prefix in mirrors.items():
+                if param.name.startswith(prefix):
+                    found = _counterpart(main_prefix + param.name[len(prefix) :], tensors)
+                    main = storage_of(found, tensors, scheme) if found else None
+                    break
+            own.append((param, storage, main))
+            quantized_anywhere |= storage.quantized or bool(main and main.quantized)
+        layers.append((layer.index, prefix_len, own))
+    if not quantized_anywhere:
+        return None
+    findings: list[Finding] = []
+    for index, prefix_len, own in layers:
+        findings += _layer_findings(index, prefix_len, own, scheme)
+    if not findings:
+        findings.append(Finding("mtp layers", Status.SKIP, "no MTP weight matrices present"))
+    return CheckResult(NAME, TITLE, tuple(findings))
+
+
+def _layer_findings(
+    index: int,
+    prefix_len: int,
+    own: list[tuple[LogicalParam, Storage, Storage | None]],
+    scheme: Scheme,
+) -> list[Finding]:
+    subject = f"mtp layer {index}"
+    if not own:
+        return []
+
+    def short(param: LogicalParam) -> str:
+        module = _module(param)
+        return module[prefix_len:] if len(module) > prefix_len else module
+
+    stored = describe_storages((short(p), s) for p, s, _ in own)
+    mains = [(short(p), m) for p, _, m in own if m is not None]
+    main = describe_storages(mains) if mains else None
+    undeclared = sorted(
+        _module(p) for p, s, _ in own if s.quantized and scheme.method is Method.NONE
+    )
+    ignored_but_packed = sorted(
+        (_module(p), entry)
+        for p, s, _ in own
+        if s.quantized and (entry := scheme.ignoring_entry(_module(p))) is not None
+    )
+    plain_but_quantized = sorted(
+        _module(p)
+        for p, s, m in own
+        if not s.quantized
+        and m is not None
+        and m.quantized
+        and scheme.method is not Method.NONE
+        and scheme.ignoring_entry(_module(p)) is None
+    )
+    findings = []
+    if undeclared:
+        findings.append(
+            Finding(
+                subject,
+                Status.FAIL,
+                f"{_few(undeclared)}: stored quantized ({stored}), but the config declares no "
+                "quantization_config, so engines build them in full precision and cannot load "
+                "them",
+                {"modules": undeclared},
+            )
+        )
+    if ignored_but_packed:
+        modules = [m for m, _ in ignored_but_packed]
+        entry = ignored_but_packed[0][1]
+        findings.append(
+            Finding(
+                subject,
+                Status.FAIL,
+                f"{_few(modules)}: stored quantized ({stored}), but quantization_config ignores "
+                f"them (entry {entry!r}), so engines build them unquantized and cannot load them",
+                {"modules": modules, "entry": entry},
+            )
+        )
+    if plain_but_quantized:
+        findings.append(
+            Finding(
+                subject,
+                Status.FAIL,
+                f"{_few(plain_but_quantized)}: stored {stored}, but quantization_config "
+                f"({_scheme_words(scheme)}) quantizes them as it does the main layers ({main}) "
+                "and no ignore entry matches, so engines build them quantized and cannot load "
+                "these weights",
+                {"modules": plain_but_quantized},
+            )
+        )
+    if findings:
+        return findings
+    if main is None:
+        how = f"stored {stored}"
+    elif main == stored:
+        how = f"stored {stored}, like the main layers,"
+    else:
+        how = f"stored {stored} where the main layers are {main}"
+    kept = sorted(short(p) for p, s, _ in own if not s.quantized)
+    entry = next(
+        (e for p, s, _ in own if not s.quantized and (e := scheme.ignoring_entry(_module(p)))), None
+    )
+    said = f" under {_scheme_words(scheme)}" if scheme.method is not Method.NONE else ""
+    if entry and kept:
+        said += f"; kept in full precision by ignore entry {entry!r}"
+    return [Finding(subject, Status.PASS, how + said, {"storage": stored, "main": main})]
