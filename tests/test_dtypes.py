@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mtpcheck.checks.tensor_match import _as_float
+from mtpcheck.checks.tensor_match import as_float
 from mtpcheck.dtypes import (
     BITS_BY_DTYPE,
     BY_STORAGE,
@@ -48,7 +48,7 @@ def test_storage_classes_are_torchs_and_of_their_dtype() -> None:
 @pytest.mark.parametrize("code", ["F8_E4M3", "F8_E5M2"])
 def test_fp8_decoding_matches_torch_for_all_256_codes(code: str) -> None:
     raw = np.arange(256, dtype=np.uint8)
-    ours = _as_float(raw, code)
+    ours = as_float(raw, code)
     theirs = torch.from_numpy(raw.copy()).view(getattr(torch, DTYPES[code].torch)).double()
     assert ours is not None
     for a, b in zip(ours.tolist(), theirs.tolist(), strict=True):
@@ -57,7 +57,7 @@ def test_fp8_decoding_matches_torch_for_all_256_codes(code: str) -> None:
 
 def test_bf16_decoding_matches_torch() -> None:
     raw = np.arange(0, 65536, 7, dtype=np.uint16)
-    ours = _as_float(raw, "BF16")
+    ours = as_float(raw, "BF16")
     theirs = torch.from_numpy(raw.copy()).view(torch.bfloat16).double().numpy()
     assert ours is not None
     assert np.array_equal(ours, theirs, equal_nan=True)

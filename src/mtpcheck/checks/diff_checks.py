@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from mtpcheck.checks.config_diff import config_check
-from mtpcheck.checks.findings import comparison_finding, integrity_check
+from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
+from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
+    DeclaresQuantization,
     Finding,
     Naming,
     Report,
@@ -18,8 +21,56 @@ from mtpcheck.model import (
     TensorComparison,
     TensorStatus,
 )
+from mtpcheck.params import Scheme, scheme_of
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
+
+
+STEPS_ALLOWED = 1.0
+"""Round to nearest puts every value within half a step; one step leaves room for a scale
+rounded on its own (FP8 scales) without passing data that is not the original's."""
+
+
+def _dequantized(
+    pair: QuantizedPair, a: Checkpoint, b: Checkpoint, scheme_a: Scheme, scheme_b: Scheme
+) -> tuple[Finding, TensorComparison]:
+    """The finding of one quantized parameter, dequantized and measured against the side
+    that holds it in full precision."""
+    from mtpcheck.checks.dequantize import (  # numpy: only here
+        NotDequantized,
+        full_precision,
+        steps_off,
+    )
+
+    c = pair.comparison
+    try:
+        if pair.slices:  # B's per-expert parameters, each rows of A's fused tensor
+            fused = full_precision(a, pair.a)
+            steps = max(
+                steps_off(fused[e, start:stop], b, param, scheme_b)
+                for param, e, start, stop in pair.slices
+            )
+        elif pair.b.quantized(b.tensors):
+            steps = steps_off(full_precision(a, pair.a), b, pair.b, scheme_b)
+        else:
+            steps = steps_off(full_precision(b, pair.b), a, pair.a, scheme_a)
+    except NotDequantized as e:
+        return Finding(c.name, Status.INFO, f"{describe(c)}; not dequantized: {e}"), c
+    measured = replace(c, steps=steps)
+    if steps <= STEPS_ALLOWED:
+        return Finding(c.name, Status.PASS, describe(measured), {"steps": steps}), measured
+    finding = Finding(
+        c.name,
+        Status.FAIL,
+        f"{describe(measured)}: the quantized values are not the full-precision ones",
+        {"steps": steps},
+    )
+    return finding, measured
+
+
+def _scheme(ckpt: Checkpoint) -> Scheme:
+    quant = ckpt.quant_config if isinstance(ckpt, DeclaresQuantization) else None
+    return scheme_of(ckpt.config, quant)
 
 
 def _is_megatron(ckpt: Checkpoint) -> bool:
@@ -38,7 +89,11 @@ def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint,
 
 
 def diff_report(
-    a: Checkpoint, b: Checkpoint, all_tensors: bool = False, compare: Compare = compare_many
+    a: Checkpoint,
+    b: Checkpoint,
+    all_tensors: bool = False,
+    compare: Compare = compare_many,
+    dequantize: bool = False,
 ) -> Report:
     """Build the diff report of ``b`` against ``a``.
 
@@ -54,15 +109,32 @@ def diff_report(
     else:
         names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
         scope = "MTP scope"
-    comparisons = tuple(compare(a, b, [(n, n) for n in sorted(names)]))
-    failing = [comparison_finding(c) for c in comparisons if c.status is not TensorStatus.EQUAL]
+    scheme_a, scheme_b = _scheme(a), _scheme(b)
+    found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
+    measured = [
+        _dequantized(p, a, b, scheme_a, scheme_b)
+        if dequantize
+        else (comparison_finding(p.comparison), p.comparison)
+        for p in found
+    ]
+    notes = [finding for finding, _ in measured]
+    quantized = [c for _, c in measured]
+    pairs = [(n, n) for n in sorted(names - covered)]
+    comparisons = (*compare(a, b, pairs), *quantized)
+    comparisons = tuple(sorted(comparisons, key=lambda c: c.name))
+    failing = [
+        comparison_finding(c)
+        for c in comparisons
+        if c.status not in (TensorStatus.EQUAL, TensorStatus.QUANTIZED)
+    ]
     equal = [c for c in comparisons if c.status is TensorStatus.EQUAL]
+    also = f"; {len(quantized)} stored quantized differently" if quantized else ""
     summary = Finding(
         scope,
         Status.PASS if not failing else Status.INFO,
         f"{len(equal)} of {len(comparisons)} tensors bit-identical "
-        f"({sum(c.nbytes for c in equal)} bytes compared equal)",
-        {"tensors": len(comparisons), "equal": len(equal)},
+        f"({sum(c.nbytes for c in equal)} bytes compared equal){also}",
+        {"tensors": len(comparisons), "equal": len(equal), "quantized": len(quantized)},
     )
     if not comparisons:
         summary = Finding(scope, Status.SKIP, "no tensors in scope on either side")
@@ -78,7 +150,7 @@ def diff_report(
     checks = (
         integrity_check([("A", a), ("B", b)]),
         config,
-        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *failing)),
+        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *failing, *notes)),
     )
     return Report(
         command="diff",

@@ -33,6 +33,14 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
         return f"shape changed {list(c.shape[0] or ())} -> {list(c.shape[1] or ())}"
     if c.status is TensorStatus.UNREADABLE:
         return "bytes unreadable (file truncated)"
+    if c.status is TensorStatus.QUANTIZED:
+        was, now = c.storage or ("?", "?")
+        if c.steps is not None:
+            return (
+                f"stored {was} in {left}, {now} in {right}; dequantized, within "
+                f"{c.steps:.3g} steps of {left}"
+            )
+        return f"stored {was} in {left}, {now} in {right} (not comparable bit for bit)"
     if c.status is TensorStatus.NOT_COMPARED:
         return (
             f"same dtype and shape; bytes not compared ({c.nbytes} bytes on each side, "
@@ -52,6 +60,8 @@ def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -
     status = Status.PASS if c.status is TensorStatus.EQUAL else Status.FAIL
     if c.status is TensorStatus.NOT_COMPARED:
         status = Status.SKIP
+    if c.status is TensorStatus.QUANTIZED:
+        status = Status.INFO
     return Finding(
         subject=c.name,
         status=status,

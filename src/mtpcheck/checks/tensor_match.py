@@ -322,8 +322,8 @@ def _diff_chunk(ca: bytes, cb: bytes, width: int, dtype: str) -> tuple[int, int,
 
 
 def _max_abs_diff(ra: np.ndarray, rb: np.ndarray, dtype: str) -> float | None:
-    va = _as_float(ra, dtype)
-    vb = _as_float(rb, dtype)
+    va = as_float(ra, dtype)
+    vb = as_float(rb, dtype)
     if va is None or vb is None:
         return None
     import numpy as np
@@ -337,7 +337,7 @@ def _max_abs_diff(ra: np.ndarray, rb: np.ndarray, dtype: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _as_float(raw: np.ndarray, dtype: str) -> np.ndarray | None:
+def as_float(raw: np.ndarray, dtype: str) -> np.ndarray | None:
     """The values of ``raw`` (unsigned ints of the element width) as float64, where the
     registry says how to read them (context only: never a verdict)."""
     import numpy as np

@@ -56,12 +56,19 @@ def inspect(
 @click.option(
     "--all", "all_tensors", is_flag=True, help="Compare every tensor, not only the MTP scope."
 )
+@click.option(
+    "--dequantize",
+    is_flag=True,
+    help="Dequantize tensors one side stores quantized and measure them against the other "
+    "side's full-precision values, in quantization steps (FP8, INT8, packed INTn, NVFP4).",
+)
 @FETCH
 @output_options
 def diff(
     a: str,
     b: str,
     all_tensors: bool,
+    dequantize: bool,
     fetch: bool,
     fmt: str,
     junit_xml: Path | None,
@@ -97,7 +104,9 @@ def diff(
             compare = compare_by_headers
         elif isinstance(left, HeadersOnly) or isinstance(right, HeadersOnly):
             compare = proven_first(compare)  # --fetch: hashes first, bytes for the rest
-        return diff_report(left, right, all_tensors=all_tensors, compare=compare)
+        return diff_report(
+            left, right, all_tensors=all_tensors, compare=compare, dequantize=dequantize
+        )
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():

@@ -49,6 +49,14 @@ def _input(s: CheckpointSummary) -> dict[str, Any]:
 
 
 def _tensor(c: TensorComparison) -> dict[str, Any]:
+    row = _plain_tensor(c)
+    if c.storage is not None:
+        row["storage"] = list(c.storage)
+        row["steps"] = c.steps
+    return row
+
+
+def _plain_tensor(c: TensorComparison) -> dict[str, Any]:
     return {
         "name": c.name,
         "status": c.status.value,
