@@ -232,6 +232,25 @@ def test_online_report_and_depth_limits(run_cli) -> None:
     assert "draft-then-verify, k=3" in table
 
 
+@pytest.mark.parametrize(
+    ("fixture", "depths", "layers"), [("accept_deepseek_v3", 2, 1), ("accept_step3p7", 4, 3)]
+)
+def test_more_depths_than_layers_is_refused_not_measured_as_fewer(
+    fixture: str, depths: int, layers: int, run_cli
+) -> None:
+    """--depths beyond the layers the chain can draft is exit 2, never a silent k = 1."""
+    path = FIXTURES / fixture
+    workload = path / "workloads" / "in_domain.jsonl"
+    run = run_cli("accept", path, "--workload", f"w={workload}", "--depths", str(depths))
+    assert run.exit_code == 2, run
+    assert run.stdout == ""
+    assert run.stderr.strip() == (
+        f"mtpcheck: error: {path}: --depths {depths}: the checkpoint has {layers} complete MTP "
+        "layer(s) to chain, one a depth (reusing a layer for deeper drafts, as vLLM does for "
+        "one-layer checkpoints, is not measured yet)"
+    )
+
+
 def test_a_lost_middle_layer_shortens_the_chain(tmp_path: Path) -> None:
     """Layer 1 of 3 loses a tensor: depth 1 still drafts, the chain stops before the gap."""
     from safetensors.torch import load_file, save_file

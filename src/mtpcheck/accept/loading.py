@@ -104,6 +104,13 @@ def load_drafter(
 ) -> Drafter:
     """Load the main model through transformers and build its MTP layers (the first
     ``depths`` of them; all by default)."""
+    if depths is not None and depths > len(layouts):
+        raise InputError(
+            ckpt.path,
+            f"--depths {depths}: the checkpoint has {len(layouts)} complete MTP layer(s) to "
+            "chain, one a depth (reusing a layer for deeper drafts, as vLLM does for "
+            "one-layer checkpoints, is not measured yet)",
+        )
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)
     model = load_main_model(directory, torch_dtype, device)
