@@ -226,8 +226,10 @@ class MtpHead(torch.nn.Module):
 
     def block_output(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """The decoder block's output, before the final norm."""
-        e = self.enorm(self.embed(next_ids).to(hidden.dtype))
-        h = self.hnorm(hidden)
+        # under a device map the main model's embedding and hidden state may live elsewhere
+        here = self.eh_proj.weight.device
+        e = self.enorm(self.embed(next_ids).to(device=here, dtype=hidden.dtype))
+        h = self.hnorm(hidden.to(here))
         x = self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
         length = x.shape[1]
         positions = torch.arange(length, device=x.device)[None].expand(x.shape[0], -1)
@@ -271,7 +273,7 @@ class MtpChain(torch.nn.Module):
         out = head.block_output(state, tokens)
         normed = head.final_norm(out)
         passed = normed if self.chain_hidden is ChainHidden.POST_NORM else out
-        return head.head(normed), passed
+        return head.head(normed).to(out.device), passed
 
     def forward(
         self, hidden: torch.Tensor, ids: torch.Tensor, depths: int | None = None
@@ -417,7 +419,17 @@ def build_head(
         window=int(config.sliding_window) if sliding and config.sliding_window else None,
         layer_type=kind if per_kind else None,
     )
-    left = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
+    # the main model's embedding and head may be offloaded (meta until accelerate loads them)
+    shared = {
+        id(t)
+        for m in (model.get_input_embeddings(), model.get_output_embeddings())
+        for t in (*m.parameters(), *m.buffers())
+    }
+    left = [
+        n
+        for n, t in (*module.named_parameters(), *module.named_buffers())
+        if t.is_meta and id(t) not in shared
+    ]
     if left:
         raise RuntimeError(f"MTP head parameters left unloaded: {left[:3]}")
     return module.eval()

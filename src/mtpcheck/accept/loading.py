@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ class Drafter:
     device: torch.device
     prefixes: tuple[str, ...] = ()
     """Where the checkpoint's MTP layers live (all of them, also those not chained)."""
+    keep: tuple[Any, ...] = ()
+    """What must live as long as the model (the folder accelerate offloads to)."""
 
     @property
     def head(self) -> MtpHead:
@@ -73,10 +76,18 @@ def resolve_dtype(dtype: str, device: torch.device, config: Any) -> torch.dtype:
     return DTYPES.get(str(stored), torch.bfloat16)
 
 
-def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -> Any:
+def load_main_model(
+    directory: Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    device_map: str | dict[str, Any] | None = None,
+    offload: Path | None = None,
+) -> Any:
     """The main model through its transformers class (MTP tensors are left out by it): the
     causal-LM class, or for a vision-language model without one (Step-3.7) its
-    image-text-to-text class, whose language model is the same decoder."""
+    image-text-to-text class, whose language model is the same decoder. With ``device_map``
+    accelerate places it (``offload``: the folder for what it puts on disk), else it is moved
+    to ``device``."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -88,11 +99,16 @@ def load_main_model(directory: Path, dtype: torch.dtype, device: torch.device) -
             auto = AutoModelForCausalLM
             if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
                 auto = AutoModelForImageTextToText
-            model = auto.from_pretrained(str(directory), dtype=dtype, local_files_only=True)
+            placed = (
+                {"device_map": device_map, "offload_folder": str(offload)} if device_map else {}
+            )
+            model = auto.from_pretrained(
+                str(directory), dtype=dtype, local_files_only=True, **placed
+            )
     except Exception as e:  # transformers raises many types for a model it cannot build
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(directory, f"transformers cannot load the main model: {reason}") from e
-    return model.to(device).eval()
+    return (model if device_map else model.to(device)).eval()
 
 
 def load_drafter(
@@ -101,9 +117,11 @@ def load_drafter(
     device: torch.device,
     dtype: str = "auto",
     depths: int | None = None,
+    device_map: str | dict[str, Any] | None = None,
 ) -> Drafter:
     """Load the main model through transformers and build its MTP layers (the first
-    ``depths`` of them; all by default)."""
+    ``depths`` of them; all by default) on ``device``; ``device_map`` spreads the main model
+    over devices (see :mod:`mtpcheck.accept.device_map`)."""
     if depths is not None and depths > len(layouts):
         raise InputError(
             ckpt.path,
@@ -113,11 +131,15 @@ def load_drafter(
         )
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)
-    model = load_main_model(directory, torch_dtype, device)
+    offload = tempfile.TemporaryDirectory(prefix="mtpcheck-offload-") if device_map else None
+    model = load_main_model(
+        directory, torch_dtype, device, device_map, Path(offload.name) if offload else None
+    )
     used = layouts[: depths or len(layouts)]
     heads = [build_head(model, ckpt, layout, torch_dtype, device) for layout in used]
     prefixes = tuple(layout.prefix for layout in layouts)
-    return Drafter(model, MtpChain(heads, used[0].chain_hidden), device, prefixes)
+    chain = MtpChain(heads, used[0].chain_hidden)
+    return Drafter(model, chain, device, prefixes, (offload,) if offload else ())
 
 
 def open_drafter(
@@ -126,6 +148,7 @@ def open_drafter(
     dtype: str = "auto",
     depths: int | None = None,
     chain: ChainHidden | None = None,
+    device_map: str | dict[str, Any] | None = None,
 ) -> Drafter | str:
     """The drafter of the checkpoint at ``path``, or why it has none."""
     ckpt = open_checkpoint(path)
@@ -133,4 +156,4 @@ def open_drafter(
     layouts = drafter_layouts(ckpt, analysis, chain)
     if isinstance(layouts, str):
         return layouts
-    return load_drafter(ckpt, layouts, resolve_device(device), dtype, depths)
+    return load_drafter(ckpt, layouts, resolve_device(device), dtype, depths, device_map)

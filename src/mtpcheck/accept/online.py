@@ -120,7 +120,7 @@ def speculative_decode(
         width = max(len(s) for s in rows) - 1  # slots 0..m-1 of the longest row
         state = torch.zeros(len(rows), width, hidden.shape[-1], dtype=hidden.dtype, device=dev)
         for i, b in enumerate(active):
-            state[i, : len(states[b])] = states[b]
+            state[i, : len(states[b])] = states[b].to(dev)
         extended = [list(s) for s in rows]  # x_0..x_m, then the drafts so far
         q_last: list[list[torch.Tensor]] = [[] for _ in rows]
         for j in range(1, k + 1):
@@ -139,7 +139,8 @@ def speculative_decode(
             alphas: list[float] = []
             next_token = -1
             for j, d in enumerate(drafts, start=1):
-                p_logits, q = logits[i, m + j - 1], q_last[i][j - 1]
+                p_logits = logits[i, m + j - 1]
+                q = q_last[i][j - 1].to(p_logits.device)
                 if temperature == 0:
                     accepted = int(p_logits.argmax()) == d
                     alphas.append(float(accepted))

@@ -13,6 +13,9 @@ class AcceptOptions:
     compare: Path | None = None
     temperature: float = 1.0
     device: str = "cpu"
+    """Where the MTP layers run (and the main model, without ``device_map``)."""
+    device_map: str | None = None
+    """accelerate's placement of the main model: a strategy name or a JSON map file."""
     dtype: str = "auto"
     max_tokens: int = 512
     tokenizer: Path | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from mtpcheck.accept.device_map import resolve_device_map
 from mtpcheck.accept.gating import chain_result, describe_delta, finding, result
 from mtpcheck.accept.head import (
     drafter_layouts,
@@ -60,6 +61,7 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
     if options.temperature < 0:
         raise MtpcheckError("--temperature must be >= 0")
     device = resolve_device(options.device)
+    device_map = resolve_device_map(options.device_map)
     paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
     ckpts = [open_checkpoint(p, options.trust_pickle) for p in paths]
     analyses = [analyse(c.config, c.tensors, c.config_path) for c in ckpts]
@@ -84,7 +86,7 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         drafter = None
         if not isinstance(layout, str):
             started = time.monotonic()
-            drafter = load_drafter(ckpt, layout, device, options.dtype, options.depths)
+            drafter = load_drafter(ckpt, layout, device, options.dtype, options.depths, device_map)
             seconds = time.monotonic() - started
             depths = drafter.chain.depths
             chained = (

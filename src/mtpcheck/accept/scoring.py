@@ -47,7 +47,7 @@ def score_depths(
         row = []
         for j, q_logits in enumerate(per_depth, start=1):
             n = max(0, len(ids) - j)
-            p, q = logits[i, j : j + n], q_logits[i, :n]
+            p, q = logits[i, j : j + n], q_logits[i, :n].to(logits.device)
             row.append((greedy_hits(p, q).cpu(), alpha_per_position(p, q, temperature).cpu()))
         scores.append(row)
     return scores

@@ -32,7 +32,20 @@ from mtpcheck.model import Report
     show_default=True,
     help="Temperature of p and q for alpha; 0 makes alpha the greedy acceptance.",
 )
-@click.option("--device", type=click.Choice(("cpu", "cuda")), default="cpu", show_default=True)
+@click.option(
+    "--device",
+    type=click.Choice(("cpu", "cuda")),
+    default="cpu",
+    show_default=True,
+    help="Where the MTP layers run, and the main model unless --device-map places it.",
+)
+@click.option(
+    "--device-map",
+    metavar="auto|balanced|sequential|FILE.json",
+    help="Spread the main model over every visible GPU and the CPU with accelerate (a "
+    "strategy name, or a JSON map of module name -> 'cpu' / 'disk' / GPU index), for models "
+    "that fit one node but not one device.",
+)
 @click.option(
     "--dtype",
     type=click.Choice(("auto", "float32", "bfloat16", "float16")),
@@ -109,6 +122,7 @@ def accept(
     compare: Path | None,
     temperature: float,
     device: str,
+    device_map: str | None,
     dtype: str,
     max_tokens: int,
     tokenizer: Path | None,
@@ -159,6 +173,7 @@ def accept(
             compare=compare,
             temperature=temperature,
             device=device,
+            device_map=device_map,
             dtype=dtype,
             max_tokens=max_tokens,
             tokenizer=tokenizer,
