@@ -466,6 +466,9 @@ class OnlineAcceptance:
     in_output: int | None = None
     """transformers, T = 0: first drafts the generated text holds at their position (each one
     the main model's greedy token, so accepted in fact; transformers' count can be lower)."""
+    draft_rule: str = "training"
+    """How depths 2..k drafted: ``training`` (every depth over every slot) or ``engine``
+    (vLLM's rule: deeper depths see only the slots they drafted at, layers reused)."""
 
     @property
     def online_by_depth(self) -> tuple[float, ...]:
@@ -484,6 +487,8 @@ class OnlineAcceptance:
         """Whose loop ran, in words."""
         if self.engine == "transformers":
             return "transformers generate(use_mtp=True)"
+        if self.draft_rule == "engine":
+            return "draft-then-verify, vLLM's draft rule"
         return "draft-then-verify"
 
 

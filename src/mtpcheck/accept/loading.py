@@ -39,6 +39,8 @@ class Drafter:
     """Where the checkpoint's MTP layers live (all of them, also those not chained)."""
     keep: tuple[Any, ...] = ()
     """What must live as long as the model (the folder accelerate offloads to)."""
+    family: str = ""
+    """Registry key of the checkpoint's MTP family."""
 
     @property
     def head(self) -> MtpHead:
@@ -126,8 +128,8 @@ def load_drafter(
         raise InputError(
             ckpt.path,
             f"--depths {depths}: the checkpoint has {len(layouts)} complete MTP layer(s) to "
-            "chain, one a depth (reusing a layer for deeper drafts, as vLLM does for "
-            "one-layer checkpoints, is not measured yet)",
+            "chain, one a depth under the training rule (--draft-rule engine reuses them "
+            "for deeper drafts, as vLLM does, with --online)",
         )
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)
@@ -139,7 +141,7 @@ def load_drafter(
     heads = [build_head(model, ckpt, layout, torch_dtype, device) for layout in used]
     prefixes = tuple(layout.prefix for layout in layouts)
     chain = MtpChain(heads, used[0].chain_hidden)
-    return Drafter(model, chain, device, prefixes, (offload,) if offload else ())
+    return Drafter(model, chain, device, prefixes, (offload,) if offload else (), used[0].family)
 
 
 def open_drafter(

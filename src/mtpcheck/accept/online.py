@@ -194,6 +194,25 @@ def measure_online(
             for s in generated.steps
             if s.position < len(sequences[s.sequence])
         )
+    elif options.draft_rule == "engine":
+        from mtpcheck.accept.engine_rule import engine_decode
+        from mtpcheck.families import FAMILY_BY_NAME
+
+        if temperature != 0:
+            raise MtpcheckError("--draft-rule engine runs greedy decoding only: --temperature 0")
+        family = FAMILY_BY_NAME[drafter.family]
+        k = options.depths or drafter.chain.depths
+        decoded = engine_decode(
+            drafter,
+            prompts,
+            options.new_tokens,
+            k,
+            family.engine_first_state,
+            family.engine_zeroes_position0,
+        )
+        sequences = decoded.sequences
+        passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
+        in_output = None
     else:
         decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
         sequences, k = decoded.sequences, decoded.k
@@ -205,7 +224,7 @@ def measure_online(
     shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
     for sequence, slot, _ in passes:
         run, product = 0, 1.0
-        for j in range(min(k, len(scored[sequence]))):
+        for j in range(min(k, len(scored[sequence]))):  # the depths the layers chain
             hits, alphas = scored[sequence][j]
             if slot >= len(hits):  # past the generated text: nothing left to score
                 break
@@ -242,4 +261,5 @@ def measure_online(
         ),
         engine=options.online_engine,
         in_output=in_output if greedy else None,
+        draft_rule=options.draft_rule,
     )

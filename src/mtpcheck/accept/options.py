@@ -29,6 +29,9 @@ class AcceptOptions:
     """``mtpcheck`` (this package's loop) or ``transformers`` (``generate(use_mtp=True)``)."""
     depths: int | None = None
     """Chain at most this many MTP layers (k); all the checkpoint holds by default."""
+    draft_rule: str = "training"
+    """How --online drafts depth 2 and deeper: ``training`` (every depth over every slot, as
+    megatron-core trains) or ``engine`` (vLLM's rule: :mod:`mtpcheck.accept.engine_rule`)."""
     chain: str | None = None
     """Override the family's rule for what depth d passes to depth d+1 (a
     :class:`ChainHidden` value: ``post-norm`` or ``pre-norm``)."""

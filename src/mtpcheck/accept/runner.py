@@ -86,7 +86,10 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         drafter = None
         if not isinstance(layout, str):
             started = time.monotonic()
-            drafter = load_drafter(ckpt, layout, device, options.dtype, options.depths, device_map)
+            chained = options.depths
+            if options.draft_rule == "engine" and chained is not None:
+                chained = min(chained, len(layout))  # deeper drafts reuse the layers
+            drafter = load_drafter(ckpt, layout, device, options.dtype, chained, device_map)
             seconds = time.monotonic() - started
             depths = drafter.chain.depths
             chained = (

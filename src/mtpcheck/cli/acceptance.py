@@ -110,6 +110,15 @@ from mtpcheck.model import Report
     "the checkpoint holds.",
 )
 @click.option(
+    "--draft-rule",
+    type=click.Choice(("training", "engine")),
+    default="training",
+    show_default=True,
+    help="--online: how depths 2..k draft: every depth over every slot, as megatron-core "
+    "trains (training), or as vLLM drafts: deeper depths see only the slots they drafted at, "
+    "and one layer is reused for more drafts than layers (engine; greedy).",
+)
+@click.option(
     "--chain",
     type=click.Choice(("post-norm", "pre-norm")),
     help="What MTP depth d passes to depth d+1: its output after the layer's final norm or "
@@ -133,6 +142,7 @@ def accept(
     new_tokens: int,
     online_engine: str,
     depths: int | None,
+    draft_rule: str,
     chain: str | None,
     fmt: str,
     junit_xml: Path | None,
@@ -184,6 +194,7 @@ def accept(
             new_tokens=new_tokens,
             online_engine=online_engine,
             depths=depths,
+            draft_rule=draft_rule,
             chain=chain,
         )
         report = run_accept(options, log=opts.log)

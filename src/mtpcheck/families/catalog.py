@@ -74,6 +74,7 @@ def _deepseek_style(
         megatron_wrapper=_DEEPSEEK_WRAPPER,
         writer=writer,
         accept=accept,
+        engine_zeroes_position0=True,
         notes=notes,
     )
 
@@ -102,6 +103,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
         copies=(_DEEPSEEK_COPIES[0],),
         copy_policy=CopyPolicy.REQUIRED,
         megatron_wrapper=_DEEPSEEK_WRAPPER,
+        engine_zeroes_position0=True,
         notes="MTP block carries the sparse-attention indexer; shared_head.head is "
         "reported trained on its own, so only embed_tokens is compared as a copy",
     ),
@@ -169,6 +171,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         head_output="model.layers.{n}.transformer.shared_head.output.weight",
         chain_hidden=ChainHidden.PRE_NORM,
+        engine_first_state=ChainHidden.PRE_NORM,
         accept=AcceptSupport(
             why_not="Step-3.5 releases ship remote code only (model_type step3p5 without a "
             "transformers class for the checkpoint's transformer.* names)"
@@ -234,6 +237,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
             "model.mtp_layers.{i}.final_layernorm.weight",
         ),
         writer=MegatronWriter("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
+        engine_zeroes_position0=True,
         accept=AcceptSupport(
             why_not="transformers has no MiMo class (the checkpoints ship remote code)"
         ),

@@ -89,6 +89,7 @@ def _appended(
     copy_policy: CopyPolicy = CopyPolicy.NONE,
     block_lacks: tuple[str, ...] = (),
     accept: AcceptSupport = NOT_MEASURABLE,
+    engine_zeroes_position0: bool = False,
     notes: str = "",
 ) -> MtpFamily:
     """DeepSeek-style families: MTP layer ``i`` appended as decoder layer
@@ -112,6 +113,7 @@ def _appended(
         main_layer_prefix=root + "layers.{k}.",
         block_lacks=block_lacks,
         accept=accept,
+        engine_zeroes_position0=engine_zeroes_position0,
         notes=notes,
     )
 
@@ -328,6 +330,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         root="model.",
         tail=("final_layernorm.weight",),
         main_shared=("model.word_embeddings.weight", "lm_head.weight"),
+        engine_zeroes_position0=True,
         accept=AcceptSupport(
             why_not="its MTP block keeps the release's tensor names (attention.dense, "
             "kv_a_proj_with_mqa, ...), which transformers renames while loading; accept maps "
@@ -362,6 +365,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         head_output="model.layers.{n}.shared_head.head.weight",
         chain_hidden=ChainHidden.PRE_NORM,
         accept=MEASURABLE,
+        engine_first_state=ChainHidden.PRE_NORM,
     ),
     # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_flash_mtp.py.
     # No count key: vLLM maps the 3 layers released checkpoints hold onto one shared MTP layer

@@ -141,6 +141,12 @@ class MtpFamily:
     ``shared_head.head``), which serving engines use instead of the main ``lm_head``."""
     chain_hidden: ChainHidden = ChainHidden.POST_NORM
     """What depth d passes to depth d + 1 in the engine that serves the family."""
+    engine_first_state: ChainHidden = ChainHidden.POST_NORM
+    """Which main-model state the serving engine feeds MTP depth 1: after ``model.norm``
+    (vLLM's DeepSeek, GLM, Qwen loaders) or before it (``step3p5.py``)."""
+    engine_zeroes_position0: bool = False
+    """The engine's MTP loader zeroes the embedding at position 0 (vLLM 0.32
+    ``deepseek_mtp.py``, ``glm4_moe_mtp.py``, ``mimo_mtp.py``, ``bailing_moe_mtp.py``)."""
     gated_attention: bool = False
     """Attention with an output gate: HF ``q_proj`` holds ``[q; gate]`` per head (Qwen3-Next)."""
     shared_expert_style: str = "shared_experts"

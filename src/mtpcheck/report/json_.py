@@ -174,6 +174,7 @@ def _online(o: OnlineAcceptance) -> dict[str, Any]:
         "k": o.k,
         "accepted_per_depth": list(o.accepted_per_depth),
         "teacher_forced_per_depth": list(o.teacher_forced_per_depth),
+        "draft_rule": o.draft_rule,
         "engine": o.engine,
         "in_output": o.in_output,
     }

@@ -1,0 +1,151 @@
+"""vLLM's draft rule, run offline (``accept --online --draft-rule engine``).
+
+vLLM's MTP proposer (``vllm/v1/spec_decode``, ``deepseek_mtp.py``, ``step3p5_mtp.py``,
+vLLM 0.32) drafts k tokens a verify pass differently from training:
+
+* depth 1 runs over the newly verified positions (pair ``(h_t, x_{t+1})`` at position t),
+  writing the MTP layer's KV cache there, and drafts from the last one;
+* depth d >= 2 runs one token a request a step, at position ``m + d - 2``, on MTP layer
+  ``(d - 1) % n`` (a one-layer checkpoint reuses its layer), fed the state depth d - 1
+  left; each layer's KV cache therefore holds, besides depth 1's entries in layer 0, only the
+  positions it drafted at, rejected drafts included;
+* the state fed back is the layer's output after its final norm (DeepSeek) or before it
+  (Step), as :class:`~mtpcheck.families.interface.ChainHidden` says; depth 1 is fed the main
+  model's last state after ``model.norm`` (DeepSeek) or before it (Step: ``engine_first_state``);
+* DeepSeek's loader zeroes the MTP embedding at position 0.
+
+A KV cache entry depends only on the layer's input at its position, so each layer keeps its
+inputs by position and recomputes attention over them: the same numbers, with nothing cached
+to get wrong. Greedy only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mtpcheck.accept.head import MtpHead
+from mtpcheck.accept.loading import Drafter
+from mtpcheck.accept.online import Decoded, Draft
+from mtpcheck.families import ChainHidden
+
+
+def _mask(positions: torch.Tensor, dtype: torch.dtype, window: int | None) -> torch.Tensor:
+    """Additive mask over entries at ``positions`` (ascending): each sees those at or before
+    it, within a sliding ``window`` of positions where the layer has one."""
+    gap = positions[:, None] - positions[None, :]
+    allowed = gap >= 0
+    if window is not None:
+        allowed &= gap < window
+    mask = torch.zeros(gap.shape, dtype=dtype, device=positions.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def _inputs(
+    head: MtpHead,
+    states: torch.Tensor,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    zero_first: bool,
+) -> torch.Tensor:
+    """The decoder block's input at each position: ``eh_proj`` over the normed embedding of
+    the token and the normed state."""
+    here = head.eh_proj.weight.device
+    e = head.embed(tokens).to(device=here, dtype=states.dtype)
+    if zero_first:
+        e = torch.where((positions == 0)[:, None].to(here), torch.zeros_like(e), e)
+    e = head.enorm(e)
+    h = head.hnorm(states.to(here))
+    return head.eh_proj(torch.cat([h, e] if head.hidden_first else [e, h], dim=-1))
+
+
+def _block(head: MtpHead, entries: dict[int, torch.Tensor], upto: int) -> torch.Tensor:
+    """The block's output at position ``upto`` given the layer's inputs by position."""
+    positions = sorted(p for p in entries if p <= upto)
+    x = torch.stack([entries[p] for p in positions])[None]
+    pos = torch.tensor(positions, device=x.device)
+    rope = None
+    if head.rotary is not None:
+        kinds = {"layer_type": head.layer_type} if head.layer_type else {}
+        rope = head.rotary(x, pos[None], **kinds)
+    out = head.block(
+        x,
+        attention_mask=_mask(pos, x.dtype, head.window),
+        position_ids=pos[None],
+        position_embeddings=rope,
+    )
+    if isinstance(out, tuple):
+        out = out[0]
+    return out[0, -1]
+
+
+def _main(drafter: Drafter, ids: list[int], pre_norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One main-model pass: (the state depth 1 is fed at every position, logits)."""
+    model = drafter.model
+    captured: list[torch.Tensor] = []
+    hook = None
+    if pre_norm:
+        hook = model.get_decoder().norm.register_forward_hook(
+            lambda _m, args, _o: captured.append(args[0])
+        )
+    try:
+        x = torch.tensor([ids], dtype=torch.long, device=drafter.device)
+        out = model(input_ids=x, output_hidden_states=True, use_cache=False)
+    finally:
+        if hook is not None:
+            hook.remove()
+    state = captured[-1] if pre_norm else out.hidden_states[-1]
+    return state[0], out.logits[0]
+
+
+@torch.no_grad()
+def engine_decode(
+    drafter: Drafter,
+    prompts: list[list[int]],
+    new_tokens: int,
+    k: int,
+    first_state: ChainHidden,
+    zero_first: bool,
+) -> Decoded:
+    """Greedy draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass."""
+    heads = list(drafter.chain.heads)
+    passed = drafter.chain.chain_hidden
+    out = Decoded([list(p) for p in prompts], k=k)
+    for index, seq in enumerate(out.sequences):
+        target = len(seq) + new_tokens
+        caches: list[dict[int, torch.Tensor]] = [{} for _ in heads]
+        state, logits = _main(drafter, seq, first_state is ChainHidden.PRE_NORM)
+        seq.append(int(logits[-1].argmax()))
+        while len(seq) < target:
+            m = len(seq) - 1
+            # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
+            positions = torch.arange(m)
+            tokens = torch.tensor(seq[1 : m + 1], device=drafter.device)
+            x = _inputs(heads[0], state[:m], tokens, positions, zero_first)
+            caches[0].update({t: x[t] for t in range(m)})
+            drafts: list[int] = []
+            feed = None
+            for depth in range(1, k + 1):
+                layer = (depth - 1) % len(heads)
+                head = heads[layer]
+                at = m - 2 + depth
+                if depth > 1:
+                    token = torch.tensor([drafts[-1]], device=drafter.device)
+                    x = _inputs(head, feed[None], token, torch.tensor([at]), zero_first)
+                    caches[layer][at] = x[0]
+                block = _block(head, caches[layer], at)
+                normed = head.final_norm(block)
+                feed = normed if passed is ChainHidden.POST_NORM else block
+                drafts.append(int(head.head(normed).argmax()))
+            state, logits = _main(drafter, seq + drafts, first_state is ChainHidden.PRE_NORM)
+            taken = 0
+            while taken < k and int(logits[m + taken].argmax()) == drafts[taken]:
+                taken += 1
+            bonus = int(logits[m + taken].argmax())
+            out.drafts.append(
+                Draft(
+                    index, m - 1, taken, tuple(float(j < taken) for j in range(min(k, taken + 1)))
+                )
+            )
+            seq.extend([*drafts[:taken], bonus])
+            state = state[: m + taken + 1]
+    return out
