@@ -27,7 +27,13 @@ def _vllm(name: str) -> dict:
 def _decode(drafter: Drafter, prompts: list[list[int]], k: int):
     family = FAMILY_BY_NAME[drafter.family]
     return engine_decode(
-        drafter, prompts, 40, k, family.engine_first_state, family.engine_zeroes_position0
+        drafter,
+        prompts,
+        40,
+        k,
+        family.engine_first_state,
+        family.engine_zeroes_position0,
+        bool(family.copies),
     )
 
 
@@ -105,3 +111,29 @@ def test_step_deeper_depths_accept_less_than_training_says() -> None:
     for ours, theirs in zip(rates[1:], vllm_rates[1:], strict=True):
         assert abs(ours - theirs) < 0.01  # within a point of vLLM
         assert ours < 0.95  # the training rule's online loop says 0.973 / 0.963
+
+
+def test_stored_copies_that_differ_are_served_with_the_main_ones(tmp_path: Path, run_cli) -> None:
+    """vLLM shares the target's embedding and head with an MTP layer that stores copies of
+    them: a checkpoint whose copy of the head was damaged still drafts as vLLM counted, while
+    the teacher-forced figure, which uses the stored copy, falls."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    copy = Path(shutil.copytree(DEEPSEEK, tmp_path / "copy"))
+    name = "model.layers.2.shared_head.head.weight"
+    for shard in sorted(copy.glob("*.safetensors")):
+        tensors = load_file(shard)
+        if name in tensors:
+            tensors[name] = torch.flip(tensors[name], dims=[0]).contiguous()
+            save_file(tensors, str(shard), metadata={"format": "pt"})
+    workload = copy / "workloads" / "in_domain.jsonl"
+    args = ("accept", copy, "--workload", f"d={workload}", "--temperature", "0", "--online")
+    run = run_cli(*args, "--draft-rule", "engine", "--format", "json")
+    assert run.exit_code == 0, run
+    report = json.loads(run.stdout)
+    [online] = report["online_acceptance"]
+    assert (online["drafts"], online["accepted"]) == (643, 633)  # vLLM's counts, unchanged
+    assert report["acceptance"][0]["greedy"] < 0.2  # the stored, damaged head drafts nothing

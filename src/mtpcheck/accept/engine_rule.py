@@ -12,7 +12,11 @@ vLLM 0.32) drafts k tokens a verify pass differently from training:
 * the state fed back is the layer's output after its final norm (DeepSeek) or before it
   (Step), as :class:`~mtpcheck.families.interface.ChainHidden` says; depth 1 is fed the main
   model's last state after ``model.norm`` (DeepSeek) or before it (Step: ``engine_first_state``);
-* DeepSeek's loader zeroes the MTP embedding at position 0.
+* DeepSeek's loader zeroes the MTP embedding at position 0;
+* the proposer shares the target's embedding and output head with every MTP layer whose
+  checkpoint stores copies of them (``llm_base_proposer.py``, ``_maybe_share_embeddings`` /
+  ``_maybe_share_lm_head``): a checkpoint whose stored copies differ from the main tensors is
+  served with the main ones. A layer with a head of its own (Step) keeps it.
 
 A KV cache entry depends only on the layer's input at its position, so each layer keeps its
 inputs by position and recomputes attention over them: the same numbers, with nothing cached
@@ -42,6 +46,7 @@ def _mask(positions: torch.Tensor, dtype: torch.dtype, window: int | None) -> to
 
 def _inputs(
     head: MtpHead,
+    embed: torch.nn.Module,
     states: torch.Tensor,
     tokens: torch.Tensor,
     positions: torch.Tensor,
@@ -50,7 +55,7 @@ def _inputs(
     """The decoder block's input at each position: ``eh_proj`` over the normed embedding of
     the token and the normed state."""
     here = head.eh_proj.weight.device
-    e = head.embed(tokens).to(device=here, dtype=states.dtype)
+    e = embed(tokens).to(device=here, dtype=states.dtype)
     if zero_first:
         e = torch.where((positions == 0)[:, None].to(here), torch.zeros_like(e), e)
     e = head.enorm(e)
@@ -105,9 +110,20 @@ def engine_decode(
     k: int,
     first_state: ChainHidden,
     zero_first: bool,
+    main_copies: bool,
 ) -> Decoded:
-    """Greedy draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass."""
+    """Greedy draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass;
+    ``main_copies``: the embedding and head the checkpoint stores copies of are the main
+    model's."""
     heads = list(drafter.chain.heads)
+    model = drafter.model
+
+    def embed(head: MtpHead) -> torch.nn.Module:
+        return model.get_input_embeddings() if main_copies else head.embed
+
+    def output(head: MtpHead) -> torch.nn.Module:
+        return model.get_output_embeddings() if main_copies else head.head
+
     passed = drafter.chain.chain_hidden
     out = Decoded([list(p) for p in prompts], k=k)
     for index, seq in enumerate(out.sequences):
@@ -120,7 +136,7 @@ def engine_decode(
             # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
             positions = torch.arange(m)
             tokens = torch.tensor(seq[1 : m + 1], device=drafter.device)
-            x = _inputs(heads[0], state[:m], tokens, positions, zero_first)
+            x = _inputs(heads[0], embed(heads[0]), state[:m], tokens, positions, zero_first)
             caches[0].update({t: x[t] for t in range(m)})
             drafts: list[int] = []
             feed = None
@@ -130,12 +146,14 @@ def engine_decode(
                 at = m - 2 + depth
                 if depth > 1:
                     token = torch.tensor([drafts[-1]], device=drafter.device)
-                    x = _inputs(head, feed[None], token, torch.tensor([at]), zero_first)
+                    x = _inputs(
+                        head, embed(head), feed[None], token, torch.tensor([at]), zero_first
+                    )
                     caches[layer][at] = x[0]
                 block = _block(head, caches[layer], at)
                 normed = head.final_norm(block)
                 feed = normed if passed is ChainHidden.POST_NORM else block
-                drafts.append(int(head.head(normed).argmax()))
+                drafts.append(int(output(head)(normed).argmax()))
             state, logits = _main(drafter, seq + drafts, first_state is ChainHidden.PRE_NORM)
             taken = 0
             while taken < k and int(logits[m + taken].argmax()) == drafts[taken]:

@@ -209,6 +209,7 @@ def measure_online(
             k,
             family.engine_first_state,
             family.engine_zeroes_position0,
+            bool(family.copies),
         )
         sequences = decoded.sequences
         passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
