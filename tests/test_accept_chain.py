@@ -246,8 +246,8 @@ def test_more_depths_than_layers_is_refused_not_measured_as_fewer(
     assert run.stdout == ""
     assert run.stderr.strip() == (
         f"mtpcheck: error: {path}: --depths {depths}: the checkpoint has {layers} complete MTP "
-        "layer(s) to chain, one a depth (reusing a layer for deeper drafts, as vLLM does for "
-        "one-layer checkpoints, is not measured yet)"
+        "layer(s) to chain, one a depth under the training rule (--draft-rule engine reuses "
+        "them for deeper drafts, as vLLM does, with --online)"
     )
 
 

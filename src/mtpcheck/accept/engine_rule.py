@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import torch
 
+from mtpcheck.accept.decoded import Decoded, Draft
 from mtpcheck.accept.head import MtpHead
 from mtpcheck.accept.loading import Drafter
-from mtpcheck.accept.online import Decoded, Draft
 from mtpcheck.families import ChainHidden
 
 

@@ -26,10 +26,9 @@ get wrong: every depth sees its own states at every earlier slot, as in training
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
+from mtpcheck.accept.decoded import Decoded, Draft
 from mtpcheck.accept.head import hidden_and_logits
 from mtpcheck.accept.loading import Drafter
 from mtpcheck.accept.metrics import distributions
@@ -38,39 +37,6 @@ from mtpcheck.accept.scoring import score_depths
 from mtpcheck.accept.workloads import Workload
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.model import OnlineAcceptance
-
-
-@dataclass
-class Draft:
-    sequence: int
-    slot: int
-    """Teacher-forced slot t: depth 1 used h_t and x_{t+1} to propose x_{t+2} (depth j
-    proposed x_{t+j+1})."""
-    depth_accepted: int
-    """Drafts accepted in this verify pass (the leading ones, 0..k)."""
-    alphas: tuple[float, ...]
-    """Per depth, up to the first rejected one: sum_v min(p(v), q(v)) at the verify step
-    (sampling) or the greedy hit."""
-
-    @property
-    def accepted(self) -> bool:
-        """Depth 1's draft was accepted."""
-        return self.depth_accepted >= 1
-
-    @property
-    def alpha(self) -> float:
-        """Depth 1's alpha (or greedy hit)."""
-        return self.alphas[0]
-
-
-@dataclass
-class Decoded:
-    sequences: list[list[int]]
-    drafts: list[Draft] = field(default_factory=list)
-    k: int = 1
-
-    def online_rate(self) -> float:
-        return sum(d.accepted for d in self.drafts) / len(self.drafts)
 
 
 def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
