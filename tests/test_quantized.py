@@ -226,3 +226,35 @@ def test_modelopt_hf_quant_config_alone_declares_the_scheme(tmp_path: Path, run_
     run = run_cli("inspect", copy, "--format", "json")
     [(status, _, message)] = _findings(_report(run), "mtp-quantization")
     assert status == "pass" and " under " not in message
+
+
+@pytest.mark.parametrize(
+    ("case", "dropped"),
+    [
+        ("llmc-mfptq-deepseek_v3-w4a16-quantized", "model.layers.2.eh_proj.weight_scale"),
+        ("llmc-mfptq-qwen3_next-fp8_block-quantized", "mtp.fc.weight_scale"),
+        ("llmc-mfptq-qwen3_next-nvfp4a16-quantized", "mtp.fc.weight_global_scale"),
+    ],
+)
+def test_a_quantized_mtp_only_tensor_without_its_scale_is_incomplete(
+    case: str, dropped: str, tmp_path: Path, run_cli
+) -> None:
+    """The projection only the MTP layer has, stored quantized, needs the side parts the main
+    layers' weights of the same form hold; a converter that drops one loses the layer."""
+    from safetensors.torch import load_file, save_file
+
+    copy = Path(shutil.copytree(CORPUS / case, tmp_path / case))
+    for shard in sorted(copy.glob("*.safetensors")):
+        tensors = load_file(shard)
+        if dropped in tensors:
+            del tensors[dropped]
+            save_file(tensors, str(shard))
+    index = copy / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        del data["weight_map"][dropped]
+        index.write_text(json.dumps(data))
+    run = run_cli("inspect", copy, "--format", "json")
+    assert run.exit_code == 1, run
+    [(status, _, message)] = _findings(_report(run), "mtp-layers")
+    assert status == "fail" and message.endswith(f"tensors missing: {dropped}"), message

@@ -6,7 +6,7 @@ import bisect
 import functools
 import re
 import sys
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from mtpcheck.errors import ConfigError
 from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, GENERIC_COUNT_KEYS
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
+from mtpcheck.families.quantized_parts import lacking, own_parts_lacking
 from mtpcheck.model import (
     Checkpoint,
     CheckpointSummary,
@@ -21,7 +22,7 @@ from mtpcheck.model import (
     TensorMeta,
     total_nbytes,
 )
-from mtpcheck.params import FUSED_EXPERTS, group, logical_name, packed_modules, stored_forms
+from mtpcheck.params import FUSED_EXPERTS, stored_forms
 
 _MISSING = object()
 
@@ -431,6 +432,7 @@ def analyse(
             elif family.copy_policy is CopyPolicy.REQUIRED:
                 missing.add(name)
         matched: list[str] = []
+        reference: tuple[str, frozenset[str]] | None = None
         for flat in range(i * span, (i + 1) * span):
             prefix, inner = inner_of(i, flat)
             if not family.inner_mirrors_main:
@@ -444,7 +446,11 @@ def analyse(
             matched.append(main_prefix)
             mirrors.append((prefix, main_prefix))
             expected = _in_block_form(picked[1], inner, main_prefix, tensors)
-            missing |= _lacking(family, expected - inner, expected, prefix, inner, tensors)
+            missing |= lacking(family, expected - inner, expected, prefix, inner, tensors)
+            reference = (main_prefix, picked[1])
+        if reference is not None:
+            mtp_only = own[i] | {fill_template(c.template, i, base) for c in family.copies}
+            missing |= own_parts_lacking(mtp_only, present, *reference, tensors)
         if matched:
             references[i] = "*, ".join(matched)
         first = fill_template(family.layer_prefix, i * span, base)
@@ -478,38 +484,6 @@ def _shared_missing(
         return ()
     needed = family.main_shared[:1] if _tied(config) else family.main_shared
     return tuple(n for n in needed if n not in tensors)
-
-
-def _lacking(
-    family: MtpFamily,
-    absent: Collection[str],
-    expected: Collection[str],
-    prefix: str,
-    inner: Collection[str],
-    tensors: Mapping[str, TensorMeta],
-) -> set[str]:
-    """Full names of the reference layer's tensors (``expected``, relative) that the MTP block
-    under ``prefix`` (holding ``inner``) lacks and should hold.
-
-    Completeness is judged per logical parameter: a parameter the block holds in another form
-    than the main layer (BF16 where the main layer is FP8 or packed INT4, or the other way
-    round) is there; its side parts (scales, zero points, shapes) are needed only where the
-    block's own copy is quantized.
-    """
-    if not absent:
-        return set()
-    held = group(prefix + rel for rel in inner)
-    main_packed = packed_modules(expected)
-    missing = set()
-    for rel in absent:
-        if rel.startswith(family.block_lacks):
-            continue  # main layers hold it, MTP blocks never do
-        logical, role = logical_name(rel, main_packed)
-        param = held.get(prefix + logical)
-        if param is not None and (role.holds_values or not param.quantized(tensors)):
-            continue
-        missing.add(prefix + rel)
-    return missing
 
 
 def _layer_report(
