@@ -13,6 +13,12 @@ vLLM 0.32) drafts k tokens a verify pass differently from training:
   (Step), as :class:`~mtpcheck.families.interface.ChainHidden` says; depth 1 is fed the main
   model's last state after ``model.norm`` (DeepSeek) or before it (Step: ``engine_first_state``);
 * DeepSeek's loader zeroes the MTP embedding at position 0;
+* the KV cache slots of a layer's own positions that it never wrote (depth d >= 2 of a
+  checkpoint with several layers writes one position a step) are still attended to: on a fresh
+  engine they hold zeros (the cache is allocated with ``torch.zeros``), so each contributes a
+  zero key and value. A zero block input gives exactly that where the attention projections
+  have no bias, which is how it is modelled here (vLLM's Step-3.7 counters are reproduced
+  only so); a long-running server holds other requests' stale entries there instead;
 * the proposer shares the target's embedding and output head with every MTP layer whose
   checkpoint stores copies of them (``llm_base_proposer.py``, ``_maybe_share_embeddings`` /
   ``_maybe_share_lm_head``): a checkpoint whose stored copies differ from the main tensors is
@@ -30,6 +36,7 @@ import torch
 from mtpcheck.accept.decoded import Decoded, Draft
 from mtpcheck.accept.head import MtpHead
 from mtpcheck.accept.loading import Drafter
+from mtpcheck.errors import MtpcheckError
 from mtpcheck.families import ChainHidden
 
 
@@ -64,9 +71,11 @@ def _inputs(
 
 
 def _block(head: MtpHead, entries: dict[int, torch.Tensor], upto: int) -> torch.Tensor:
-    """The block's output at position ``upto`` given the layer's inputs by position."""
-    positions = sorted(p for p in entries if p <= upto)
-    x = torch.stack([entries[p] for p in positions])[None]
+    """The block's output at position ``upto`` given the layer's inputs by position; a
+    position up to it that the layer never wrote is a zeroed cache slot (zero input)."""
+    zero = torch.zeros_like(next(iter(entries.values())))
+    positions = list(range(upto + 1))
+    x = torch.stack([entries.get(p, zero) for p in positions])[None]
     pos = torch.tensor(positions, device=x.device)
     rope = None
     if head.rotary is not None:
@@ -117,6 +126,13 @@ def engine_decode(
     model's."""
     heads = list(drafter.chain.heads)
     model = drafter.model
+    for head in heads[1:]:
+        biased = [n for n, _ in head.block.named_parameters() if "attn" in n and "bias" in n]
+        if biased:
+            raise MtpcheckError(
+                f"--draft-rule engine: the MTP block's attention has biases ({biased[0]}), "
+                "so the zeroed cache slots of depths 2+ cannot be modelled as zero inputs"
+            )
 
     def embed(head: MtpHead) -> torch.nn.Module:
         return model.get_input_embeddings() if main_copies else head.embed
