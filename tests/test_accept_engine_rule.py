@@ -89,14 +89,7 @@ def test_unwritten_cache_slots_count_as_zero_keys_and_values(step: Drafter, monk
         positions = sorted(p for p in entries if p <= upto)
         x = torch.stack([entries[p] for p in positions])[None]
         pos = torch.tensor(positions)
-        kinds = {"layer_type": head.layer_type} if head.layer_type else {}
-        out = head.block(
-            x,
-            attention_mask=rule._mask(pos, x.dtype, head.window),
-            position_ids=pos[None],
-            position_embeddings=head.rotary(x, pos[None], **kinds),
-        )
-        return (out[0] if isinstance(out, tuple) else out)[0, -1]
+        return head.run_block(x, pos[None], rule._mask(pos, x.dtype, head.window))[0, -1]
 
     vllm = _vllm("step3p7_k3")
     monkeypatch.setattr(rule, "_block", written_only)

@@ -88,9 +88,11 @@ def test_compressed_tensors_ignore_takes_names_and_re_patterns() -> None:
     }
     scheme = scheme_of(config)
     assert (scheme.method, scheme.formats) == (Method.COMPRESSED_TENSORS, ("pack-quantized",))
-    assert scheme.ignores("lm_head") and not scheme.ignores("model.lm_head")
-    assert scheme.ignores("mtp.fc") and scheme.ignores("model.layers.2.eh_proj")
-    assert not scheme.ignores("model.layers.1.self_attn.q_proj")
+    assert scheme.ignoring_entry("lm_head") == "lm_head"
+    assert scheme.ignoring_entry("model.lm_head") is None  # names match whole
+    assert scheme.ignoring_entry("mtp.fc") == "re:.*mtp.*"
+    assert scheme.ignoring_entry("model.layers.2.eh_proj") == "re:model[.]layers[.]2[.].*"
+    assert scheme.ignoring_entry("model.layers.1.self_attn.q_proj") is None
 
 
 def test_fp8_block_and_modelopt_schemes() -> None:
@@ -105,12 +107,14 @@ def test_fp8_block_and_modelopt_schemes() -> None:
         }
     )
     assert (fp8.method, fp8.block_size) == (Method.FP8, (128, 128))
-    assert fp8.ignores("model.mtp.fc") and not fp8.ignores("model.layers.0.mlp")
+    assert fp8.ignoring_entry("model.mtp.fc") == "mtp"
+    assert fp8.ignoring_entry("model.layers.0.mlp") is None
     modelopt = scheme_of(
         {}, {"quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "*mtp*"]}}
     )
     assert (modelopt.method, modelopt.formats) == (Method.MODELOPT, ("NVFP4",))
-    assert modelopt.ignores("mtp.layers.0.mlp") and not modelopt.ignores("model.layers.0.mlp")
+    assert modelopt.ignoring_entry("mtp.layers.0.mlp") == "*mtp*"
+    assert modelopt.ignoring_entry("model.layers.0.mlp") is None
 
 
 @pytest.mark.parametrize(

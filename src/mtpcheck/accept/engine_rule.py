@@ -51,25 +51,6 @@ def _mask(positions: torch.Tensor, dtype: torch.dtype, window: int | None) -> to
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
-def _inputs(
-    head: MtpHead,
-    embed: torch.nn.Module,
-    states: torch.Tensor,
-    tokens: torch.Tensor,
-    positions: torch.Tensor,
-    zero_first: bool,
-) -> torch.Tensor:
-    """The decoder block's input at each position: ``eh_proj`` over the normed embedding of
-    the token and the normed state."""
-    here = head.eh_proj.weight.device
-    e = embed(tokens).to(device=here, dtype=states.dtype)
-    if zero_first:
-        e = torch.where((positions == 0)[:, None].to(here), torch.zeros_like(e), e)
-    e = head.enorm(e)
-    h = head.hnorm(states.to(here))
-    return head.eh_proj(torch.cat([h, e] if head.hidden_first else [e, h], dim=-1))
-
-
 def _block(head: MtpHead, entries: dict[int, torch.Tensor], upto: int) -> torch.Tensor:
     """The block's output at position ``upto`` given the layer's inputs by position; a
     position up to it that the layer never wrote is a zeroed cache slot (zero input)."""
@@ -77,19 +58,7 @@ def _block(head: MtpHead, entries: dict[int, torch.Tensor], upto: int) -> torch.
     positions = list(range(upto + 1))
     x = torch.stack([entries.get(p, zero) for p in positions])[None]
     pos = torch.tensor(positions, device=x.device)
-    rope = None
-    if head.rotary is not None:
-        kinds = {"layer_type": head.layer_type} if head.layer_type else {}
-        rope = head.rotary(x, pos[None], **kinds)
-    out = head.block(
-        x,
-        attention_mask=_mask(pos, x.dtype, head.window),
-        position_ids=pos[None],
-        position_embeddings=rope,
-    )
-    if isinstance(out, tuple):
-        out = out[0]
-    return out[0, -1]
+    return head.run_block(x, pos[None], _mask(pos, x.dtype, head.window))[0, -1]
 
 
 def _main(drafter: Drafter, ids: list[int], pre_norm: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,7 +121,8 @@ def engine_decode(
             # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
             positions = torch.arange(m)
             tokens = torch.tensor(seq[1 : m + 1], device=drafter.device)
-            x = _inputs(heads[0], embed(heads[0]), state[:m], tokens, positions, zero_first)
+            zeroed = positions == 0 if zero_first else None
+            x = heads[0].project(state[:m], tokens, embed(heads[0]), zeroed)
             caches[0].update({t: x[t] for t in range(m)})
             drafts: list[int] = []
             feed = None
@@ -162,9 +132,8 @@ def engine_decode(
                 at = m - 2 + depth
                 if depth > 1:
                     token = torch.tensor([drafts[-1]], device=drafter.device)
-                    x = _inputs(
-                        head, embed(head), feed[None], token, torch.tensor([at]), zero_first
-                    )
+                    zeroed = torch.tensor([at == 0]) if zero_first else None
+                    x = head.project(feed[None], token, embed(head), zeroed)
                     caches[layer][at] = x[0]
                 block = _block(head, caches[layer], at)
                 normed = head.final_norm(block)

@@ -42,6 +42,7 @@ from mtpcheck.dtypes import torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis, fill_template
 from mtpcheck.model import Checkpoint
+from mtpcheck.params import FUSED_EXPERTS
 
 _FLOAT_DTYPES = {code: getattr(torch, torch_name(code)) for code in ("BF16", "F16", "F32")}
 """The MTP weight types accept builds a head from."""
@@ -226,23 +227,38 @@ class MtpHead(torch.nn.Module):
 
     def block_output(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """The decoder block's output, before the final norm."""
-        # under a device map the main model's embedding and hidden state may live elsewhere
-        here = self.eh_proj.weight.device
-        e = self.enorm(self.embed(next_ids).to(device=here, dtype=hidden.dtype))
-        h = self.hnorm(hidden.to(here))
-        x = self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
+        x = self.project(hidden, next_ids)
         length = x.shape[1]
         positions = torch.arange(length, device=x.device)[None].expand(x.shape[0], -1)
+        return self.run_block(x, positions, causal_mask(length, x.dtype, x.device, self.window))
+
+    def project(
+        self,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        embed: torch.nn.Module | None = None,
+        zeroed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The block's input: ``eh_proj`` over the normed token embedding (by ``embed``, else
+        the head's own; zero where ``zeroed`` is true) and the normed state."""
+        # under a device map the main model's embedding and hidden state may live elsewhere
+        here = self.eh_proj.weight.device
+        e = (embed or self.embed)(next_ids).to(device=here, dtype=hidden.dtype)
+        if zeroed is not None:
+            e = torch.where(zeroed[..., None].to(here), torch.zeros_like(e), e)
+        e = self.enorm(e)
+        h = self.hnorm(hidden.to(here))
+        return self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
+
+    def run_block(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """The decoder block over inputs ``x`` at ``positions`` (``[B, L]``) under ``mask``."""
         rope = None
         if self.rotary is not None:
             kinds = {"layer_type": self.layer_type} if self.layer_type else {}
             rope = self.rotary(x, positions, **kinds)
-        out = self.block(
-            x,
-            attention_mask=causal_mask(length, x.dtype, x.device, self.window),
-            position_ids=positions,
-            position_embeddings=rope,
-        )
+        out = self.block(x, attention_mask=mask, position_ids=positions, position_embeddings=rope)
         if isinstance(out, tuple):  # older transformers decoder layers return tuples
             out = out[0]
         return out
@@ -307,8 +323,8 @@ def _block_state(
             used.add(available[key])
             continue
         stem, _, leaf = key.rpartition(".")
-        if stem.endswith("experts") and leaf in ("gate_up_proj", "down_proj"):
-            parts = ("gate_proj", "up_proj") if leaf == "gate_up_proj" else ("down_proj",)
+        parts = FUSED_EXPERTS.get(f"mlp.experts.{leaf}") if stem.endswith("experts") else None
+        if parts:
             experts = []
             for e in range(target.shape[0]):
                 names = [available.get(f"{stem}.{e}.{part}.weight") for part in parts]

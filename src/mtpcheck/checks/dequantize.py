@@ -125,7 +125,7 @@ def steps_off(
         raise NotDequantized(f"{param.name}: no scale stored")
     scale = _floats(quant, scale_name)
     packed = _part(quant, param, Role.PACKED)
-    values = packed or _part(quant, param, Role.WEIGHT)
+    values = param.values
     assert values is not None
     code = quant.tensors[values].dtype
     global_name = _part(quant, param, Role.GLOBAL_SCALE)

@@ -13,7 +13,6 @@ from mtpcheck.families import analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
-    DeclaresQuantization,
     Finding,
     Naming,
     Report,
@@ -21,7 +20,7 @@ from mtpcheck.model import (
     TensorComparison,
     TensorStatus,
 )
-from mtpcheck.params import Scheme, scheme_of
+from mtpcheck.params import Scheme, declared_scheme
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
@@ -68,11 +67,6 @@ def _dequantized(
     return finding, measured
 
 
-def _scheme(ckpt: Checkpoint) -> Scheme:
-    quant = ckpt.quant_config if isinstance(ckpt, DeclaresQuantization) else None
-    return scheme_of(ckpt.config, quant)
-
-
 def _is_megatron(ckpt: Checkpoint) -> bool:
     return ckpt.naming is Naming.MEGATRON
 
@@ -109,7 +103,7 @@ def diff_report(
     else:
         names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
         scope = "MTP scope"
-    scheme_a, scheme_b = _scheme(a), _scheme(b)
+    scheme_a, scheme_b = declared_scheme(a), declared_scheme(b)
     found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
     measured = [
         _dequantized(p, a, b, scheme_a, scheme_b)

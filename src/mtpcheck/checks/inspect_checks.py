@@ -12,7 +12,6 @@ from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, ana
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
-    DeclaresQuantization,
     Finding,
     HeadersOnly,
     MtpLayerReport,
@@ -20,7 +19,7 @@ from mtpcheck.model import (
     Status,
     TensorStatus,
 )
-from mtpcheck.params import Scheme, scheme_of
+from mtpcheck.params import declared_scheme
 
 
 def family_check(analysis: MtpAnalysis) -> CheckResult:
@@ -181,7 +180,7 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     """Stored MTP copies of main tensors must equal them bit for bit."""
     findings = []
     no_bytes = ckpt.why_no_bytes if isinstance(ckpt, HeadersOnly) else ""
-    scheme = _scheme(ckpt)
+    scheme = declared_scheme(ckpt)
     for copy, main in analysis.copies:
         quantized = quantized_copy(ckpt.tensors, main, copy, scheme)
         if quantized is not None:
@@ -231,14 +230,9 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     return CheckResult("shared-copies", "MTP copies of embedding and head", tuple(findings))
 
 
-def _scheme(ckpt: Checkpoint) -> Scheme:
-    quant = ckpt.quant_config if isinstance(ckpt, DeclaresQuantization) else None
-    return scheme_of(ckpt.config, quant)
-
-
 def inspect_report(ckpt: Checkpoint) -> Report:
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
-    quantization = quantization_check(analysis, ckpt.tensors, _scheme(ckpt))
+    quantization = quantization_check(analysis, ckpt.tensors, declared_scheme(ckpt))
     checks = (
         integrity_check([("", ckpt)]),
         family_check(analysis),

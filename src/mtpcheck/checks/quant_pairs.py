@@ -7,12 +7,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from mtpcheck.model import TensorComparison, TensorMeta, TensorStatus
-from mtpcheck.params import FUSED_EXPERTS, LogicalParam, Role, Scheme, group, stored_forms
+from mtpcheck.params import FUSED_EXPERTS, LogicalParam, Scheme, group, stored_forms
 from mtpcheck.params.storage import storage_of
-
-
-def _values(param: LogicalParam) -> str | None:
-    return param.part(Role.PACKED) or param.part(Role.WEIGHT)
 
 
 def _form(param: LogicalParam, tensors: Mapping[str, TensorMeta]) -> tuple[object, ...]:
@@ -49,7 +45,7 @@ def quantized_pairs(
         pa, pb = ga[logical], gb[logical]
         if not (pa.quantized(a) or pb.quantized(b)) or _form(pa, a) == _form(pb, b):
             continue  # the same form on both sides: compared bit for bit, part by part
-        va, vb = _values(pa), _values(pb)
+        va, vb = pa.values, pb.values
         if va is None or vb is None:
             continue  # one side holds side parts only: reported tensor by tensor
         sa, sb = storage_of(pa, a, scheme_a), storage_of(pb, b, scheme_b)
@@ -90,7 +86,7 @@ def _unfused(
             start = 0
             for proj in FUSED_EXPERTS[fused]:
                 part = gb.get(f"{root}{e}.{proj}.weight")
-                values = _values(part) if part is not None else None
+                values = part.values if part is not None else None
                 if part is None or values is None:
                     break
                 stop = start + b[values].shape[0]
@@ -106,8 +102,8 @@ def _unfused(
         comparison = TensorComparison(
             name=name,
             status=TensorStatus.QUANTIZED,
-            dtype=(a[name].dtype, b[_values(first) or ""].dtype),
-            shape=(a[name].shape, b[_values(first) or ""].shape),
+            dtype=(a[name].dtype, b[first.values or ""].dtype),
+            shape=(a[name].shape, b[first.values or ""].shape),
             nbytes=sum(b[n].nbytes for p, *_ in slices for n in p.stored),
             storage=(
                 f"{a[name].dtype}, {count} experts fused",

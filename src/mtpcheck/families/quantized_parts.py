@@ -9,7 +9,6 @@ from mtpcheck.families.interface import MtpFamily
 from mtpcheck.model import TensorMeta
 from mtpcheck.params import (
     LogicalParam,
-    Role,
     group,
     logical_name,
     packed_modules,
@@ -51,7 +50,7 @@ def lacking(
 
 def _values_key(param: LogicalParam, tensors: Mapping[str, TensorMeta]) -> tuple[str, str] | None:
     """How ``param``'s values are stored: (suffix, dtype) of its weight or packed weight."""
-    values = param.part(Role.PACKED) or param.part(Role.WEIGHT)
+    values = param.values
     meta = tensors.get(values) if values is not None else None
     return (values.rpartition(".")[2], meta.dtype) if values and meta else None
 

@@ -11,7 +11,7 @@ from mtpcheck.params.grouping import (
     stored_forms,
 )
 from mtpcheck.params.parts import FUSED_EXPERTS, PARTS, Method, Role, StoredPart
-from mtpcheck.params.scheme import Scheme, scheme_of
+from mtpcheck.params.scheme import Scheme, declared_scheme, scheme_of
 
 __all__ = [
     "FUSED_EXPERTS",
@@ -21,6 +21,7 @@ __all__ = [
     "Role",
     "Scheme",
     "StoredPart",
+    "declared_scheme",
     "group",
     "logical_name",
     "packed_modules",

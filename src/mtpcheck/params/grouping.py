@@ -31,12 +31,17 @@ class LogicalParam:
     def part(self, role: Role) -> str | None:
         return next((name for r, name in self.parts if r is role), None)
 
+    @property
+    def values(self) -> str | None:
+        """The stored tensor holding the values: the packed weight, else the weight."""
+        return self.part(Role.PACKED) or self.part(Role.WEIGHT)
+
     def quantized(self, tensors: Mapping[str, TensorMeta]) -> bool:
         """Whether the values are stored quantized: packed, or a weight that is no 16- or
         32-bit float (FP8, INT8). Side parts alone do not make a parameter quantized."""
         if self.part(Role.PACKED) is not None:
             return True
-        weight = self.part(Role.WEIGHT)
+        weight = self.values
         meta = tensors.get(weight) if weight is not None else None
         return meta is not None and not is_high_precision(meta.dtype)
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.model import Checkpoint, DeclaresQuantization
 from mtpcheck.params.parts import Method
 
 _METHODS = {m.value: m for m in Method if m not in (Method.NONE, Method.OTHER)}
@@ -27,30 +28,17 @@ class Scheme:
     """FP8 block releases: the ``weight_block_size`` one scale covers."""
     ignore: tuple[str, ...] = ()
     """Modules left unquantized, as the format spells them (names, ``re:`` patterns, globs
-    or substrings: see :meth:`ignores`)."""
-    targets: tuple[str, ...] = ()
-    """compressed-tensors ``config_groups[*].targets``: module class names (``Linear``) or
-    ``re:`` patterns of module names; empty: every weight matrix."""
+    or substrings: see :meth:`ignoring_entry`)."""
     weight_bits: int | None = None
     """Bits of a quantized weight element, where the config says (``num_bits``, ``bits``)."""
     group_size: int | None = None
 
     def ignoring_entry(self, module: str) -> str | None:
-        """The ignore entry that leaves ``module`` unquantized, if any (see :meth:`ignores`)."""
+        """The ignore entry that leaves ``module`` (a module path, no ``.weight``) unquantized,
+        if any, by the matching rule of the tool that reads the list: compressed-tensors takes a
+        name or an ``re:`` pattern matched at the start, modelopt shell globs, transformers'
+        ``modules_to_not_convert`` (FP8, AWQ, GPTQ) any name part."""
         return next((e for e in self.ignore if self._matches(e, module)), None)
-
-    def quantizes(self, module: str) -> bool:
-        """Whether a weight matrix of ``module`` is to be stored quantized: the scheme
-        quantizes something, the module is not ignored and (compressed-tensors) a target
-        names it, by class (``Linear``: any matrix) or by an ``re:`` pattern."""
-        if self.method is Method.NONE or self.ignoring_entry(module) is not None:
-            return False
-        patterns = [t[3:] for t in self.targets if t.startswith("re:")]
-        return (
-            not self.targets
-            or len(patterns) < len(self.targets)
-            or any(_match(p, module) for p in patterns)
-        )
 
     def _matches(self, entry: str, module: str) -> bool:
         if self.method is Method.COMPRESSED_TENSORS:
@@ -58,13 +46,6 @@ class Scheme:
         if self.method is Method.MODELOPT:
             return fnmatch.fnmatchcase(module, entry)
         return bool(entry) and entry in module
-
-    def ignores(self, module: str) -> bool:
-        """Whether the scheme leaves ``module`` (a module path, no ``.weight``) unquantized,
-        by the matching rule of the tool that reads the list: compressed-tensors takes a
-        name or an ``re:`` pattern matched at the start, modelopt shell globs, transformers'
-        ``modules_to_not_convert`` (FP8, AWQ, GPTQ) any name part."""
-        return self.ignoring_entry(module) is not None
 
 
 NONE = Scheme(Method.NONE, "")
@@ -118,7 +99,6 @@ def scheme_of(
         )
         if not formats:
             formats = tuple(sorted({f for g in groups for f in _strings(g.get("format"))}))
-        targets = tuple(t for g in groups for t in _strings(g.get("targets")))
         weights = [g["weights"] for g in groups if isinstance(g.get("weights"), Mapping)]
         bits = _first_int([w.get("num_bits") for w in weights] + [q.get("bits"), q.get("w_bit")])
         group = _first_int(
@@ -136,7 +116,6 @@ def scheme_of(
             _ints(q.get("weight_block_size"))
             or next((b for w in weights if (b := _ints(w.get("block_structure")))), None),
             ignore,
-            targets,
             bits,
             group,
         )
@@ -153,3 +132,9 @@ def scheme_of(
             group_size=_first_int([inner.get("group_size")]),
         )
     return NONE
+
+
+def declared_scheme(ckpt: Checkpoint) -> Scheme:
+    """The scheme ``ckpt`` declares, in its config or beside it (``hf_quant_config.json``)."""
+    quant = ckpt.quant_config if isinstance(ckpt, DeclaresQuantization) else None
+    return scheme_of(ckpt.config, quant)

@@ -40,8 +40,7 @@ def storage_of(param: LogicalParam, tensors: Mapping[str, TensorMeta], scheme: S
         if n in tensors
     )
     packed = param.part(Role.PACKED)
-    weight = param.part(Role.WEIGHT)
-    values = packed or weight
+    values = param.values
     meta = tensors.get(values) if values is not None else None
     if meta is None:
         return Storage("absent", False, parts)
