@@ -208,7 +208,9 @@ def test_sampled_k3_uses_the_teacher_forced_alphas(trained: Drafter) -> None:
 def test_online_report_and_depth_limits(run_cli) -> None:
     workload = TRAINED / "workloads" / "in_domain.jsonl"
     args = ("accept", str(TRAINED), "--temperature", "0", "--workload", f"in_domain={workload}")
-    result = run_cli(*args, "--online", "--new-tokens", "24", "--format", "json")
+    # the training rule: every depth over every slot, as the teacher-forced chain scores
+    training = ("--online", "--draft-rule", "training")
+    result = run_cli(*args, *training, "--new-tokens", "24", "--format", "json")
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     [online] = report["online_acceptance"]
@@ -227,9 +229,9 @@ def test_online_report_and_depth_limits(run_cli) -> None:
     # --depths 1 is the single-layer measurement, with no chain
     one = json.loads(run_cli(*args, "--depths", "1", "--format", "json").stdout)["acceptance"][0]
     assert one["chain"] is None and one["greedy"] == three["greedy"]
-    table = run_cli(*args, "--online", "--new-tokens", "12").stdout
+    table = run_cli(*args, *training, "--new-tokens", "12").stdout
     assert "MTP acceptance by depth (chained, pre-norm hidden state" in table
-    assert "draft-then-verify, k=3" in table
+    assert "draft-then-verify, training rule, k=3" in table
 
 
 @pytest.mark.parametrize(
@@ -246,8 +248,9 @@ def test_more_depths_than_layers_is_refused_not_measured_as_fewer(
     assert run.stdout == ""
     assert run.stderr.strip() == (
         f"mtpcheck: error: {path}: --depths {depths}: the checkpoint has {layers} complete MTP "
-        "layer(s) to chain, one a depth under the training rule (--draft-rule engine reuses "
-        "them for deeper drafts, as vLLM does, with --online)"
+        "layer(s) to chain, one a depth in the teacher-forced chain and under the training "
+        "rule (--online with vLLM's draft rule, the default, reuses them for deeper drafts, "
+        "as vLLM does)"
     )
 
 

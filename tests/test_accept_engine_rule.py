@@ -112,21 +112,33 @@ def test_cli_reports_vllms_counters(run_cli) -> None:
     )
     assert online["tokens_per_pass"] == pytest.approx(vllm["mean_acceptance_length"])
     assert online["draft_rule"] == "engine"
-    training = run_cli(*args, "--depths", "3", "--format", "json")
+    training = run_cli(*args, "--draft-rule", "training", "--depths", "3", "--format", "json")
     assert training.exit_code == 2  # one layer: the training rule chains one depth
-    table = run_cli(*args, "--draft-rule", "engine", "--depths", "2").stdout
+    table = run_cli(*args, "--depths", "2").stdout  # the engine rule is the default
     assert "draft-then-verify, vLLM's draft rule, k=2" in table
 
 
-def test_engine_rule_is_greedy_only(run_cli) -> None:
-    workload = DEEPSEEK / "workloads" / "in_domain.jsonl"
-    run = run_cli(
-        "accept", DEEPSEEK, "--workload", f"d={workload}", "--online", "--draft-rule", "engine"
-    )
-    assert run.exit_code == 2
-    assert run.stderr.strip().endswith(
-        "--draft-rule engine runs greedy decoding only: --temperature 0"
-    )
+def test_sampled_engine_rule_accepts_argmax_drafts_with_p_of_the_draft(deepseek) -> None:
+    """T > 0: drafts are still argmax (vLLM's default draft_sample_method), accepted with
+    p_T(draft); every verify step's figure is the teacher-forced p_T(argmax q) at its slot."""
+    from mtpcheck.accept.scoring import score_depths
+
+    prompts = [r["prompt"] for r in _vllm("deepseek_v3_k1")["requests"]][:8]
+    family = FAMILY_BY_NAME[deepseek.family]
+    decoded = engine_decode(
+        deepseek, prompts, 24, 1, family.engine_first_state, family.engine_zeroes_position0,
+        True, temperature=0.8, seed=3,
+    )  # fmt: skip
+    scored = score_depths(deepseek, decoded.sequences, 0.8, argmax_drafts=True)
+    checked = 0
+    for d in decoded.drafts:
+        hits, alphas = scored[d.sequence][0]
+        if d.slot < len(alphas):
+            assert abs(float(alphas[d.slot]) - d.alphas[0]) < 1e-5
+            checked += 1
+    assert checked > 100
+    assert any(not d.accepted for d in decoded.drafts)  # sampled: some rejections happen
+    assert 0 < min(d.alphas[0] for d in decoded.drafts) < max(d.alphas[0] for d in decoded.drafts)
 
 
 def test_stored_copies_that_differ_are_served_with_the_main_ones(tmp_path: Path, run_cli) -> None:

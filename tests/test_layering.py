@@ -135,6 +135,14 @@ def test_stdlib_only_modules(module: str) -> None:
             assert name.split(".")[0] in sys.stdlib_module_names, f"{module} imports {name}"
 
 
+def test_vllm_driver_needs_nothing_but_vllm() -> None:
+    """The driver runs in vLLM's interpreter (``accept --vllm-python``), where mtpcheck and its
+    dependencies may be absent: the standard library and vLLM only."""
+    for name in _imports(PACKAGE / "accept" / "vllm_driver.py"):
+        top = name.split(".")[0]
+        assert top == "vllm" or top in sys.stdlib_module_names, f"vllm_driver imports {name}"
+
+
 def test_every_module_is_in_a_known_layer() -> None:
     assert {_layer(p) for p in MODULES} <= set(ALLOWED)
 

@@ -10,6 +10,13 @@ from typing import Any
 from tests.conftest import FIXTURES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+ACCEPT_ONLY = (
+    "acceptance",
+    "acceptance_deltas",
+    "online_acceptance",
+    "engine_acceptance",
+    "engine_deltas",
+)
 
 
 def _readme_example() -> dict[str, Any]:
@@ -32,7 +39,7 @@ def _shape(report: dict[str, Any]) -> dict[str, set[str]]:
     places["checks[]"] = set(check)
     places["checks[].findings[]"] = set(first(check.get("findings")))
     places["tensors[]"] = set(first(report.get("tensors")))
-    for key in ("acceptance", "acceptance_deltas", "online_acceptance"):
+    for key in ACCEPT_ONLY:
         places[f"{key}[]"] = set(first(report.get(key)))
     return places
 
@@ -51,7 +58,7 @@ def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) ->
             real.setdefault(place, set()).update(keys)
     for place, keys in real.items():
         assert keys <= example[place], (place, keys - example[place])
-    accept_only = {"acceptance", "acceptance_deltas", "online_acceptance"}
+    accept_only = set(ACCEPT_ONLY)
     for place, keys in example.items():
         if place.startswith(tuple(accept_only)):
             continue

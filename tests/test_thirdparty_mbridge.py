@@ -31,6 +31,8 @@ from tests.thirdparty.runs import findings as _findings
 from tests.thirdparty.runs import statuses as _statuses
 from tests.thirdparty.tools import require
 
+pytestmark = pytest.mark.slow  # runs a third-party converter
+
 STAGE1 = "stage 1 (HF -> Megatron)"
 
 GLM_HF_MTP = frozenset(

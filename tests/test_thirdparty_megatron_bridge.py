@@ -26,6 +26,8 @@ from tests.thirdparty.runs import Kept, Roundtrips
 from tests.thirdparty.runs import failing as _failing
 from tests.thirdparty.runs import statuses as _statuses
 
+pytestmark = pytest.mark.slow  # runs a third-party converter
+
 STAGE1 = "stage 1 (HF -> Megatron)"
 STAGE2 = "stage 2 (Megatron -> HF)"
 

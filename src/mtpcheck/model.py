@@ -466,9 +466,10 @@ class OnlineAcceptance:
     in_output: int | None = None
     """transformers, T = 0: first drafts the generated text holds at their position (each one
     the main model's greedy token, so accepted in fact; transformers' count can be lower)."""
-    draft_rule: str = "training"
-    """How depths 2..k drafted: ``training`` (every depth over every slot) or ``engine``
-    (vLLM's rule: deeper depths see only the slots they drafted at, layers reused)."""
+    draft_rule: str = "engine"
+    """How the drafts were made: ``engine`` (vLLM's rule: deeper depths see only the slots
+    they drafted at, layers reused, argmax drafts) or ``training`` (every depth over every
+    slot, drafts sampled from q)."""
 
     @property
     def online_by_depth(self) -> tuple[float, ...]:
@@ -489,7 +490,60 @@ class OnlineAcceptance:
             return "transformers generate(use_mtp=True)"
         if self.draft_rule == "engine":
             return "draft-then-verify, vLLM's draft rule"
-        return "draft-then-verify"
+        return "draft-then-verify, training rule"
+
+
+@dataclass(frozen=True)
+class EngineAcceptance:
+    """What a serving engine's own MTP speculative decoding accepted (``accept --engine``),
+    read from the engine's counters, on one workload.
+
+    Per position i (1..k): the share of verify steps whose first i drafts were all accepted
+    (vLLM's ``num_accepted_tokens_per_pos[i-1] / num_drafts``). Intervals are over requests.
+    """
+
+    checkpoint: str
+    workload: str
+    engine: str
+    """The engine and its version, e.g. ``vLLM 0.32.0``."""
+    k: int
+    temperature: float
+    requests: int
+    prompt_tokens: int
+    new_tokens: int
+    generated_tokens: int
+    drafts: int
+    """Verify steps that carried drafts (vLLM: ``spec_decode_num_drafts``)."""
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    by_position: tuple[Estimate, ...]
+    """Per position: steps whose first i drafts were accepted / steps, with its interval."""
+    mean_acceptance_length: Estimate
+    """1 + accepted tokens / steps: tokens emitted per target pass."""
+    parallel: str = ""
+    """How the engine was spread, e.g. ``tp=8 pp=2``."""
+    teacher_forced: tuple[float, ...] = ()
+    """``--teacher-forced``: per position, mtpcheck's teacher-forced share at the positions the
+    engine drafted, on the engine's own output (empty when not asked)."""
+    agreeing: int | None = None
+    """Greedy with ``--teacher-forced``: steps whose accepted count equals the teacher-forced
+    one."""
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted draft tokens / draft tokens (vLLM's headline acceptance rate)."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+
+@dataclass(frozen=True)
+class EngineDelta:
+    """Engine acceptance of the compared checkpoint minus the reference's, one workload;
+    paired over the same prompts, intervals over requests."""
+
+    workload: str
+    first_position: Estimate
+    mean_acceptance_length: Estimate
 
 
 @dataclass(frozen=True)
@@ -519,6 +573,10 @@ class Report:
     """``accept --compare`` only: compared minus reference, one entry per workload."""
     online: tuple[OnlineAcceptance, ...] = ()
     """``accept --online`` only: one entry per (checkpoint, workload) with a drafter."""
+    engine: tuple[EngineAcceptance, ...] = ()
+    """``accept --engine`` only: one entry per (checkpoint, workload) the engine ran."""
+    engine_deltas: tuple[EngineDelta, ...] = ()
+    """``accept --engine --compare`` only: compared minus reference, one entry per workload."""
 
     @property
     def ok(self) -> bool:

@@ -26,7 +26,14 @@ vLLM 0.32) drafts k tokens a verify pass differently from training:
 
 A KV cache entry depends only on the layer's input at its position, so each layer keeps its
 inputs by position and recomputes attention over them: the same numbers, with nothing cached
-to get wrong. Greedy only.
+to get wrong.
+
+Sampling (T > 0) follows vLLM 0.32's defaults (``draft_sample_method: greedy``, the standard
+rejection sampler without draft probabilities, ``v1/sample/rejection_sampler.py``): drafts are
+still the MTP layer's argmax; draft ``d`` is accepted with probability ``p_T(d)``, and on the
+first rejection the token is drawn from ``p_T`` with ``d`` removed, renormalised; when all k
+are accepted the bonus token is drawn from ``p_T``. The expected acceptance of a draft is
+therefore ``p_T(argmax q)``, not the ``sum min(p, q)`` of drafts sampled from q.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import torch
 from mtpcheck.accept.decoded import Decoded, Draft
 from mtpcheck.accept.head import MtpHead
 from mtpcheck.accept.loading import Drafter
+from mtpcheck.accept.metrics import distributions
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.families import ChainHidden
 
@@ -89,10 +97,39 @@ def engine_decode(
     first_state: ChainHidden,
     zero_first: bool,
     main_copies: bool,
+    temperature: float = 0.0,
+    seed: int = 0,
 ) -> Decoded:
-    """Greedy draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass;
-    ``main_copies``: the embedding and head the checkpoint stores copies of are the main
-    model's."""
+    """Draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass, greedy (T = 0) or
+    sampled; ``main_copies``: the embedding and head the checkpoint stores copies of are the
+    main model's."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    def verify(logits: torch.Tensor, drafts: list[int]) -> tuple[int, int, list[float]]:
+        """(drafts accepted, the next token, per depth up to the first rejected: the greedy
+        hit or p_T(draft))."""
+        scores: list[float] = []
+        for j, d in enumerate(drafts):
+            if temperature == 0:
+                best = int(logits[j].argmax())
+                scores.append(float(best == d))
+                if best != d:
+                    return j, best, scores
+                continue
+            p = distributions(logits[j], temperature)
+            scores.append(float(p[d]))
+            if float(torch.rand((), generator=gen, dtype=torch.float64)) >= float(p[d]):
+                residual = p.clone()
+                residual[d] = 0
+                return j, draw(residual / residual.sum()), scores
+        last = logits[len(drafts)]
+        if temperature == 0:
+            return len(drafts), int(last.argmax()), scores
+        return len(drafts), draw(distributions(last, temperature)), scores
+
     heads = list(drafter.chain.heads)
     model = drafter.model
     for head in heads[1:]:
@@ -115,7 +152,11 @@ def engine_decode(
         target = len(seq) + new_tokens
         caches: list[dict[int, torch.Tensor]] = [{} for _ in heads]
         state, logits = _main(drafter, seq, first_state is ChainHidden.PRE_NORM)
-        seq.append(int(logits[-1].argmax()))
+        seq.append(
+            int(logits[-1].argmax())
+            if temperature == 0
+            else draw(distributions(logits[-1], temperature))
+        )
         while len(seq) < target:
             m = len(seq) - 1
             # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
@@ -140,15 +181,8 @@ def engine_decode(
                 feed = normed if passed is ChainHidden.POST_NORM else block
                 drafts.append(int(output(head)(normed).argmax()))
             state, logits = _main(drafter, seq + drafts, first_state is ChainHidden.PRE_NORM)
-            taken = 0
-            while taken < k and int(logits[m + taken].argmax()) == drafts[taken]:
-                taken += 1
-            bonus = int(logits[m + taken].argmax())
-            out.drafts.append(
-                Draft(
-                    index, m - 1, taken, tuple(float(j < taken) for j in range(min(k, taken + 1)))
-                )
-            )
-            seq.extend([*drafts[:taken], bonus])
+            taken, following, scores = verify(logits[m:], drafts)
+            out.drafts.append(Draft(index, m - 1, taken, tuple(scores)))
+            seq.extend([*drafts[:taken], following])
             state = state[: m + taken + 1]
     return out

@@ -78,16 +78,9 @@ def supported_names() -> str:
     return ", ".join(f.display for f in FAMILIES if f.accept.measurable)
 
 
-def drafter_layouts(
-    ckpt: Checkpoint, analysis: MtpAnalysis, chain: ChainHidden | None = None
-) -> tuple[HeadLayout, ...] | str:
-    """The layouts of MTP layers 0, 1, ... (as deep as they are complete), or why the
-    checkpoint has no drafter.
-
-    A checkpoint without a complete MTP layer 0 has no drafter (a string says why); one whose
-    family ``accept`` cannot run raises :class:`InputError`. ``chain`` overrides the family's
-    rule for what depth d passes to depth d+1.
-    """
+def missing_drafter(analysis: MtpAnalysis) -> str | None:
+    """Why the checkpoint holds no drafter an engine could run (no complete MTP layer 0),
+    or None when it holds one."""
     present = [layer for layer in analysis.layers if layer.present]
     family = analysis.family
     if family is not None and family.drafter is not Drafter.INSIDE:
@@ -103,6 +96,24 @@ def drafter_layouts(
             f"MTP layer {first.index} is incomplete: {len(first.missing)} tensor(s) missing "
             f"({shown})"
         )
+    return None
+
+
+def drafter_layouts(
+    ckpt: Checkpoint, analysis: MtpAnalysis, chain: ChainHidden | None = None
+) -> tuple[HeadLayout, ...] | str:
+    """The layouts of MTP layers 0, 1, ... (as deep as they are complete), or why the
+    checkpoint has no drafter.
+
+    A checkpoint without a complete MTP layer 0 has no drafter (a string says why); one whose
+    family ``accept`` cannot run raises :class:`InputError`. ``chain`` overrides the family's
+    rule for what depth d passes to depth d+1.
+    """
+    why = missing_drafter(analysis)
+    if why is not None:
+        return why
+    present = [layer for layer in analysis.layers if layer.present]
+    family = analysis.family
     parts = family and (family.head_parts or family.megatron_wrapper)
     if family is None or not family.accept.measurable or not parts:
         name = family.display if family else f"model_type {analysis.model_type!r}"

@@ -128,8 +128,9 @@ def load_drafter(
         raise InputError(
             ckpt.path,
             f"--depths {depths}: the checkpoint has {len(layouts)} complete MTP layer(s) to "
-            "chain, one a depth under the training rule (--draft-rule engine reuses them "
-            "for deeper drafts, as vLLM does, with --online)",
+            "chain, one a depth in the teacher-forced chain and under the training rule "
+            "(--online with vLLM's draft rule, the default, reuses them for deeper drafts, as "
+            "vLLM does)",
         )
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)

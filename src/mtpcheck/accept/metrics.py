@@ -102,6 +102,15 @@ def alpha_per_position(
     return overlap(distributions(p_logits, temperature), distributions(q_logits, temperature))
 
 
+def argmax_acceptance(
+    p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Per row: the probability that the target at ``temperature`` accepts q's argmax,
+    ``p_T(argmax q)`` (the greedy hit at T = 0)."""
+    p = distributions(p_logits, temperature)
+    return p.gather(-1, q_logits.argmax(dim=-1, keepdim=True).to(p.device)).squeeze(-1)
+
+
 @dataclass(frozen=True)
 class SequenceCounts:
     """Counters of one sequence: scored positions, greedy hits and the sum of alpha."""
@@ -165,6 +174,33 @@ def paired_difference(
         bounds=(-1.0, 1.0),
     )
     return greedy, alpha
+
+
+def paired_ratio_difference(
+    reference: tuple[Sequence[float], Sequence[float]],
+    other: tuple[Sequence[float], Sequence[float]],
+    bounds: tuple[float, float] = (-1.0, 1.0),
+) -> Estimate:
+    """``sum(y_b) / sum(n_b) - sum(y_a) / sum(n_a)`` over the same clusters (each side its own
+    denominators: a decoding run's steps per request differ between checkpoints), with a 95 %
+    interval from the linearised variance of the paired per-cluster residuals."""
+    (ya, na), (yb, nb) = reference, other
+    if not len(ya) == len(na) == len(yb) == len(nb):
+        raise ValueError("paired difference needs the same clusters on both sides")
+    total_a, total_b = float(sum(na)), float(sum(nb))
+    if total_a <= 0 or total_b <= 0:
+        return Estimate(0.0, None, None)
+    ra, rb = sum(ya) / total_a, sum(yb) / total_b
+    diff = rb - ra
+    m = len(ya)
+    if m < 2:
+        return Estimate(diff, None, None)
+    residuals = [
+        (y2 - rb * n2) / total_b - (y1 - ra * n1) / total_a
+        for y1, n1, y2, n2 in zip(ya, na, yb, nb, strict=True)
+    ]
+    half = t_quantile_975(m - 1) * math.sqrt(m / (m - 1) * sum(r * r for r in residuals))
+    return Estimate(diff, max(bounds[0], diff - half), min(bounds[1], diff + half))
 
 
 @dataclass(frozen=True)

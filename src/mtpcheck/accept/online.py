@@ -130,6 +130,37 @@ def speculative_decode(
             states[b] = hidden[i, : m + taken + 1]  # h_0..h_{m+taken}: verified tokens
 
 
+def teacher_forced_at(
+    drafter: Drafter,
+    sequences: list[list[int]],
+    passes: list[tuple[int, int, int]],
+    k: int,
+    temperature: float,
+    argmax_drafts: bool = False,
+) -> tuple[tuple[float, ...], list[int]]:
+    """The teacher-forced verdicts at the positions a decoding run drafted, scored on what it
+    generated: per depth d, the share of ``passes`` (sequence, slot, accepted) whose drafts
+    1..d all hit (greedy) or the mean product of alpha over depths 1..d (T > 0); and per pass
+    the number of leading teacher-forced hits. ``argmax_drafts``: alpha is ``p(argmax q)``, the
+    acceptance of drafts taken as q's argmax (vLLM's default), not ``sum min(p, q)``."""
+    scored = score_depths(drafter, sequences, temperature, argmax_drafts)
+    greedy = temperature == 0
+    leading: list[int] = []
+    shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
+    for sequence, slot, _ in passes:
+        run, product = 0, 1.0
+        for j in range(min(k, len(scored[sequence]))):  # the depths the layers chain
+            hits, alphas = scored[sequence][j]
+            if slot >= len(hits):  # past the generated text: nothing left to score
+                break
+            product *= float(alphas[slot])
+            run += int(run == j and bool(hits[slot]))
+            shares[j][0] += float(run > j) if greedy else product
+            shares[j][1] += 1
+        leading.append(run)
+    return tuple(total / n if n else 0.0 for total, n in shares), leading
+
+
 def measure_online(
     drafter: Drafter, workload: Workload, options: AcceptOptions, label: str
 ) -> OnlineAcceptance:
@@ -164,8 +195,6 @@ def measure_online(
         from mtpcheck.accept.engine_rule import engine_decode
         from mtpcheck.families import FAMILY_BY_NAME
 
-        if temperature != 0:
-            raise MtpcheckError("--draft-rule engine runs greedy decoding only: --temperature 0")
         family = FAMILY_BY_NAME[drafter.family]
         k = options.depths or drafter.chain.depths
         decoded = engine_decode(
@@ -176,6 +205,7 @@ def measure_online(
             family.engine_first_state,
             family.engine_zeroes_position0,
             bool(family.copies),
+            temperature,
         )
         sequences = decoded.sequences
         passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
@@ -185,21 +215,9 @@ def measure_online(
         sequences, k = decoded.sequences, decoded.k
         passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
         in_output = None
-    scored = score_depths(drafter, sequences, temperature)
+    argmax_drafts = options.online_engine == "mtpcheck" and options.draft_rule == "engine"
+    by_depth, leading = teacher_forced_at(drafter, sequences, passes, k, temperature, argmax_drafts)
     greedy = temperature == 0
-    leading: list[int] = []  # teacher-forced: drafts 1..j all hit, per pass
-    shares = [[0.0, 0] for _ in range(k)]  # per depth: sum of the teacher-forced figure, passes
-    for sequence, slot, _ in passes:
-        run, product = 0, 1.0
-        for j in range(min(k, len(scored[sequence]))):  # the depths the layers chain
-            hits, alphas = scored[sequence][j]
-            if slot >= len(hits):  # past the generated text: nothing left to score
-                break
-            product *= float(alphas[slot])
-            run += int(run == j and bool(hits[slot]))
-            shares[j][0] += float(run > j) if greedy else product
-            shares[j][1] += 1
-        leading.append(run)
     count = len(passes)
     accepted = sum(taken >= 1 for _, _, taken in passes)
     drafted = sum(taken for _, _, taken in passes)
@@ -215,7 +233,7 @@ def measure_online(
         accepted=accepted,
         online=accepted / count if count else 0.0,
         tokens_per_pass=1 + (drafted / count if count else 0.0),
-        teacher_forced=shares[0][0] / shares[0][1] if shares[0][1] else 0.0,
+        teacher_forced=by_depth[0],
         agreeing=(
             sum(t == taken for t, (_, _, taken) in zip(leading, passes, strict=True))
             if greedy
@@ -223,9 +241,7 @@ def measure_online(
         ),
         k=k,
         accepted_per_depth=per_depth if k > 1 else (),
-        teacher_forced_per_depth=(
-            tuple(total / n if n else 0.0 for total, n in shares) if k > 1 else ()
-        ),
+        teacher_forced_per_depth=by_depth if k > 1 else (),
         engine=options.online_engine,
         in_output=in_output if greedy else None,
         draft_rule=options.draft_rule,

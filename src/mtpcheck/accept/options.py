@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtpcheck.accept.vllm_engine import VllmSettings
+
 
 @dataclass(frozen=True)
 class AcceptOptions:
@@ -29,9 +31,16 @@ class AcceptOptions:
     """``mtpcheck`` (this package's loop) or ``transformers`` (``generate(use_mtp=True)``)."""
     depths: int | None = None
     """Chain at most this many MTP layers (k); all the checkpoint holds by default."""
-    draft_rule: str = "training"
-    """How --online drafts depth 2 and deeper: ``training`` (every depth over every slot, as
-    megatron-core trains) or ``engine`` (vLLM's rule: :mod:`mtpcheck.accept.engine_rule`)."""
+    draft_rule: str = "engine"
+    """How --online drafts: ``engine`` (vLLM's rule: :mod:`mtpcheck.accept.engine_rule`) or
+    ``training`` (every depth over every slot, drafts sampled from q, as megatron-core
+    trains: :func:`mtpcheck.accept.online.speculative_decode`)."""
     chain: str | None = None
     """Override the family's rule for what depth d passes to depth d+1 (a
     :class:`ChainHidden` value: ``post-norm`` or ``pre-norm``)."""
+    engine: str | None = None
+    """``vllm``: measure through the serving engine's own speculative decoding instead of
+    mtpcheck's teacher-forced pass (:mod:`mtpcheck.accept.engine_runner`)."""
+    vllm: VllmSettings = VllmSettings()
+    teacher_forced: bool = False
+    """``--engine``: also score the engine's output teacher-forced at the positions it drafted."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from mtpcheck.accept.copies import COPIES_TITLE, copies_finding
 from mtpcheck.accept.device_map import resolve_device_map
 from mtpcheck.accept.gating import chain_result, describe_delta, finding, result
 from mtpcheck.accept.head import (
@@ -60,6 +61,10 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
     """Measure every workload on the checkpoint (and the compared one); build the report."""
     if options.temperature < 0:
         raise MtpcheckError("--temperature must be >= 0")
+    if options.engine == "vllm":
+        from mtpcheck.accept.engine_runner import run_engine_accept
+
+        return run_engine_accept(options, log)
     device = resolve_device(options.device)
     device_map = resolve_device_map(options.device_map)
     paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
@@ -87,8 +92,9 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         if not isinstance(layout, str):
             started = time.monotonic()
             chained = options.depths
-            if options.draft_rule == "engine" and chained is not None:
-                chained = min(chained, len(layout))  # deeper drafts reuse the layers
+            reuses = options.online and options.draft_rule == "engine"
+            if reuses and options.online_engine == "mtpcheck" and chained is not None:
+                chained = min(chained, len(layout))  # deeper online drafts reuse the layers
             drafter = load_drafter(ckpt, layout, device, options.dtype, chained, device_map)
             seconds = time.monotonic() - started
             depths = drafter.chain.depths
@@ -135,6 +141,7 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
                 AcceptanceDelta(workload.name, greedy, alpha, tokens_per_pass=alpha.value)
             )
 
+    served = [f for c, a in zip(ckpts, analyses, strict=True) for f in copies_finding(c, a)]
     checks = []
     for workload in workloads:
         declared = {c.path: a.declared.value for c, a in zip(ckpts, analyses, strict=True)}
@@ -160,6 +167,8 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
                 tuple(findings),
             )
         )
+    if served:
+        checks.append(CheckResult("served-copies", COPIES_TITLE, tuple(served)))
     return Report(
         command="accept",
         inputs=tuple(summarise(c, a) for c, a in zip(ckpts, analyses, strict=True)),

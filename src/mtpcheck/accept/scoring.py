@@ -15,6 +15,7 @@ from mtpcheck.accept.metrics import (
     ChainCounts,
     SequenceCounts,
     alpha_per_position,
+    argmax_acceptance,
     chain_counts,
     greedy_hits,
 )
@@ -29,10 +30,15 @@ MAX_BATCH = 64
 
 @torch.no_grad()
 def score_depths(
-    drafter: Drafter, batch: Sequence[Sequence[int]], temperature: float
+    drafter: Drafter,
+    batch: Sequence[Sequence[int]],
+    temperature: float,
+    argmax_drafts: bool = False,
 ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
     """Per sequence, per depth j = 1..D, per slot t in 0..L-1-j: (greedy hit, alpha) of depth
-    j's draft for token t+j+1, scored against the main model's distribution at t+j.
+    j's draft for token t+j+1, scored against the main model's distribution at t+j. alpha is
+    ``sum min(p, q)`` (drafts sampled from q), or with ``argmax_drafts`` ``p(argmax q)`` (drafts
+    taken as q's argmax and rejection-sampled, as vLLM does by default).
 
     Sequences are right-padded into one forward pass: attention is causal and MoE routing is
     per token, so padding after a sequence never reaches its positions.
@@ -48,7 +54,12 @@ def score_depths(
         for j, q_logits in enumerate(per_depth, start=1):
             n = max(0, len(ids) - j)
             p, q = logits[i, j : j + n], q_logits[i, :n].to(logits.device)
-            row.append((greedy_hits(p, q).cpu(), alpha_per_position(p, q, temperature).cpu()))
+            alpha = (
+                argmax_acceptance(p, q, temperature)
+                if argmax_drafts
+                else alpha_per_position(p, q, temperature)
+            )
+            row.append((greedy_hits(p, q).cpu(), alpha.cpu()))
         scores.append(row)
     return scores
 

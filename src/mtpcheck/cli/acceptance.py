@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -111,18 +112,72 @@ from mtpcheck.model import Report
 )
 @click.option(
     "--draft-rule",
-    type=click.Choice(("training", "engine")),
-    default="training",
-    show_default=True,
-    help="--online: how depths 2..k draft: every depth over every slot, as megatron-core "
-    "trains (training), or as vLLM drafts: deeper depths see only the slots they drafted at, "
-    "and one layer is reused for more drafts than layers (engine; greedy).",
+    type=click.Choice(("engine", "training")),
+    help="--online: how the drafts are made. engine (default): as vLLM drafts (depth 1 fed "
+    "the state the engine feeds, through the main embedding and head; deeper depths see only "
+    "the slots they drafted at; one layer reused for more drafts than layers; drafts are "
+    "argmax, rejection-sampled at T > 0). training: every depth over every slot, through the "
+    "stored copies, drafts sampled from q, as megatron-core trains and the teacher-forced "
+    "figures score.",
 )
 @click.option(
     "--chain",
     type=click.Choice(("post-norm", "pre-norm")),
     help="What MTP depth d passes to depth d+1: its output after the layer's final norm or "
     "before it. Default: the rule of the engine that serves the family (see README).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(("vllm",)),
+    help="Measure with the serving engine's own MTP speculative decoding (each sequence's "
+    "first --prompt-tokens ids as the prompt, --new-tokens generated, --depths drafts a step; "
+    "default k: the MTP layers CKPT holds) and report its counters per workload, instead of "
+    "the teacher-forced pass.",
+)
+@click.option(
+    "--vllm-python",
+    metavar="PYTHON",
+    help="--engine vllm: the interpreter that has vLLM >= 0.32 (default: this one; "
+    "`pip install mtpcheck[vllm]`).",
+)
+@click.option(
+    "--tensor-parallel-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="--engine vllm: GPUs per pipeline stage.",
+)
+@click.option(
+    "--pipeline-parallel-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="--engine vllm: pipeline stages (across nodes with --distributed-executor-backend ray).",
+)
+@click.option(
+    "--distributed-executor-backend",
+    type=click.Choice(("mp", "ray")),
+    help="--engine vllm: vLLM's executor (default: vLLM's choice; ray for several nodes).",
+)
+@click.option(
+    "--vllm-arg",
+    "vllm_args",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="--engine vllm: a further vllm.LLM argument, VALUE as JSON where it parses "
+    "(repeatable), e.g. max_model_len=4096, gpu_memory_utilization=0.85.",
+)
+@click.option(
+    "--engine-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--engine vllm: write vLLM's own log here (default: discarded).",
+)
+@click.option(
+    "--teacher-forced",
+    "engine_teacher_forced",
+    is_flag=True,
+    help="--engine vllm: also load CKPT with transformers and score the engine's output "
+    "teacher-forced at the positions the engine drafted, beside its figure.",
 )
 @output_options
 def accept(
@@ -142,8 +197,16 @@ def accept(
     new_tokens: int,
     online_engine: str,
     depths: int | None,
-    draft_rule: str,
+    draft_rule: str | None,
     chain: str | None,
+    engine: str | None,
+    vllm_python: str | None,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    distributed_executor_backend: str | None,
+    vllm_args: tuple[str, ...],
+    engine_log: Path | None,
+    engine_teacher_forced: bool,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -165,6 +228,45 @@ def accept(
         workloads = [parse_spec(spec) for spec in workload_specs]
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--workload") from e
+    from mtpcheck.accept.vllm_engine import VllmSettings, parse_vllm_arg
+
+    try:
+        extra = tuple(parse_vllm_arg(a) for a in vllm_args)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--vllm-arg") from e
+    engine_only = {
+        "--vllm-python": vllm_python is not None,
+        "--tensor-parallel-size": tensor_parallel_size != 1,
+        "--pipeline-parallel-size": pipeline_parallel_size != 1,
+        "--distributed-executor-backend": distributed_executor_backend is not None,
+        "--vllm-arg": bool(vllm_args),
+        "--engine-log": engine_log is not None,
+        "--teacher-forced": engine_teacher_forced,
+    }
+    if engine is None:
+        given = [name for name, used in engine_only.items() if used]
+        if given:
+            raise click.UsageError(f"{given[0]} needs --engine vllm")
+    else:
+        clashing = {
+            "--online": online,
+            "--device-map": device_map is not None,
+            "--chain": chain is not None,
+            "--online-engine": online_engine != "mtpcheck",
+            "--draft-rule": draft_rule is not None,
+        }
+        given = [name for name, used in clashing.items() if used]
+        if given:
+            raise click.UsageError(f"{given[0]} does not apply to --engine {engine}")
+    vllm = VllmSettings(
+        python=vllm_python or sys.executable,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        executor=distributed_executor_backend,
+        dtype=dtype,
+        extra=extra,
+        log=engine_log,
+    )
     names = [name for name, _ in workloads]
     if len(set(names)) != len(names):
         raise click.BadParameter("workload names must be unique", param_hint="--workload")
@@ -194,8 +296,11 @@ def accept(
             new_tokens=new_tokens,
             online_engine=online_engine,
             depths=depths,
-            draft_rule=draft_rule,
+            draft_rule=draft_rule or "engine",
             chain=chain,
+            engine=engine,
+            vllm=vllm,
+            teacher_forced=engine_teacher_forced,
         )
         report = run_accept(options, log=opts.log)
         if plot is not None:
@@ -205,5 +310,6 @@ def accept(
         return report
 
     check_output_path("--plot", plot)
+    check_output_path("--engine-log", engine_log)
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     raise SystemExit(execute("accept", build, opts))

@@ -11,6 +11,7 @@ from mtpcheck.model import (
     AcceptanceResult,
     ChainAcceptance,
     CheckpointSummary,
+    EngineAcceptance,
     Estimate,
     OnlineAcceptance,
     Report,
@@ -71,6 +72,10 @@ def _plain_tensor(c: TensorComparison) -> dict[str, Any]:
 
 def _ci(e: Estimate) -> list[float | None]:
     return [e.low, e.high]
+
+
+def _estimate(e: Estimate) -> dict[str, float | None]:
+    return {"value": e.value, "low": e.low, "high": e.high}
 
 
 def _acceptance(r: AcceptanceResult) -> dict[str, Any]:
@@ -154,7 +159,40 @@ def report_dict(report: Report) -> dict[str, Any]:
         result["acceptance"] = [_acceptance(r) for r in report.acceptance]
         result["acceptance_deltas"] = [_delta(d) for d in report.acceptance_deltas]
         result["online_acceptance"] = [_online(o) for o in report.online]
+        result["engine_acceptance"] = [_engine(e) for e in report.engine]
+        result["engine_deltas"] = [
+            {
+                "workload": d.workload,
+                "first_position": _estimate(d.first_position),
+                "mean_acceptance_length": _estimate(d.mean_acceptance_length),
+            }
+            for d in report.engine_deltas
+        ]
     return result
+
+
+def _engine(e: EngineAcceptance) -> dict[str, Any]:
+    return {
+        "checkpoint": e.checkpoint,
+        "workload": e.workload,
+        "engine": e.engine,
+        "parallel": e.parallel,
+        "k": e.k,
+        "temperature": e.temperature,
+        "requests": e.requests,
+        "prompt_tokens": e.prompt_tokens,
+        "new_tokens": e.new_tokens,
+        "generated_tokens": e.generated_tokens,
+        "drafts": e.drafts,
+        "draft_tokens": e.draft_tokens,
+        "accepted_tokens": e.accepted_tokens,
+        "acceptance": e.acceptance,
+        "accepted_per_position": list(e.accepted_per_position),
+        "by_position": [_estimate(p) for p in e.by_position],
+        "mean_acceptance_length": _estimate(e.mean_acceptance_length),
+        "teacher_forced": list(e.teacher_forced),
+        "agreeing": e.agreeing,
+    }
 
 
 def _online(o: OnlineAcceptance) -> dict[str, Any]:

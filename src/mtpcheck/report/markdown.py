@@ -92,6 +92,29 @@ def _online(report: Report, stream: TextIO) -> None:
         )
 
 
+def _engine(report: Report, stream: TextIO) -> None:
+    first = report.engine[0]
+    stream.write(
+        f"\n**MTP acceptance in {first.engine}** ({first.parallel}, k={first.k}, "
+        f"T={first.temperature:g}, 95% CI over requests; position i: steps with drafts 1..i "
+        "accepted)\n\n"
+        "| workload | checkpoint | steps | per position | mean acceptance length | "
+        "teacher-forced |\n|---|---|---|---|---|---|\n"
+    )
+    for e in report.engine:
+        tf = _shares(e.teacher_forced) if e.teacher_forced else "—"
+        stream.write(
+            f"| {_cell(e.workload)} | `{_cell(e.checkpoint)}` | {e.drafts} | "
+            f"{' / '.join(_ci(p) for p in e.by_position)} | "
+            f"{_ci(e.mean_acceptance_length, '.2f')} | {tf} |\n"
+        )
+    for d in report.engine_deltas:
+        stream.write(
+            f"| {_cell(d.workload)} | B − A | | {_ci(d.first_position, '+.3f')} | "
+            f"{_ci(d.mean_acceptance_length, '+.2f')} | |\n"
+        )
+
+
 class MarkdownRenderer:
     name = "markdown"
 
@@ -114,6 +137,8 @@ class MarkdownRenderer:
             _chain(report, stream)
         if report.online:
             _online(report, stream)
+        if report.engine:
+            _engine(report, stream)
         stream.write("\n| | check | subject | finding |\n|---|---|---|---|\n")
         for check in report.checks:
             for f in check.findings:

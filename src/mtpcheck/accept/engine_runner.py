@@ -1,0 +1,325 @@
+"""``accept --engine vllm``: acceptance per workload as the serving engine itself measures it.
+
+Each checkpoint is started once in vLLM (:mod:`mtpcheck.accept.vllm_engine`) with every
+workload's prompts (each sequence's first ``--prompt-tokens`` ids, tokenised by mtpcheck, so
+both checkpoints of ``--compare`` see the same ids); per workload the figures are vLLM's
+per-request counts, which add up to its global counters (checked). With ``--teacher-forced``
+mtpcheck also loads the checkpoint through transformers and scores the engine's own output at
+the very positions the engine drafted, beside the engine's figure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from mtpcheck.accept.copies import COPIES_TITLE, copies_finding
+from mtpcheck.accept.head import drafter_layouts, missing_drafter
+from mtpcheck.accept.loading import load_drafter, model_directory, resolve_device
+from mtpcheck.accept.metrics import paired_ratio_difference, ratio_estimate
+from mtpcheck.accept.options import AcceptOptions
+from mtpcheck.accept.vllm_engine import EngineRequest, EngineRun, run_vllm
+from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
+from mtpcheck.errors import MtpcheckError
+from mtpcheck.families import analyse, summarise
+from mtpcheck.formats import open_checkpoint
+from mtpcheck.model import (
+    CheckResult,
+    EngineAcceptance,
+    EngineDelta,
+    Estimate,
+    Finding,
+    Report,
+    Status,
+)
+
+
+def _prompts(workload: Workload, prompt_tokens: int) -> list[list[int]]:
+    prompts = [list(s[:prompt_tokens]) for s in workload.sequences if len(s) >= 2]
+    if not prompts:
+        raise MtpcheckError(f"workload {workload.name}: no sequence has two tokens to start from")
+    return prompts
+
+
+def _passes(prompt: int, request: EngineRequest) -> list[int]:
+    """The teacher-forced slot of each verify step: the first step drafts after the prefill's
+    token (slot prompt - 1); each step moves on by its accepted drafts plus one."""
+    slots, slot = [], prompt - 1
+    for accepted in request.accepted_per_step:
+        slots.append(slot)
+        slot += accepted + 1
+    return slots
+
+
+def _acceptance(
+    label: str,
+    workload: Workload,
+    prompts: list[list[int]],
+    requests: tuple[EngineRequest, ...],
+    run: EngineRun,
+    options: AcceptOptions,
+    parallel: str,
+) -> EngineAcceptance:
+    k = run.k
+    steps = [len(r.accepted_per_step) for r in requests]
+    by_position = tuple(
+        ratio_estimate([sum(a > i for a in r.accepted_per_step) for r in requests], steps)
+        for i in range(k)
+    )
+    length = ratio_estimate(
+        [n + sum(r.accepted_per_step) for n, r in zip(steps, requests, strict=True)],
+        steps,
+        bounds=(1.0, 1.0 + k),
+    )
+    return EngineAcceptance(
+        checkpoint=label,
+        workload=workload.name,
+        engine=f"vLLM {run.version}",
+        k=k,
+        temperature=options.temperature,
+        requests=len(prompts),
+        prompt_tokens=options.prompt_tokens,
+        new_tokens=options.new_tokens,
+        generated_tokens=sum(len(r.generated) for r in requests),
+        drafts=sum(steps),
+        draft_tokens=sum(r.draft_tokens for r in requests),
+        accepted_tokens=sum(sum(r.accepted_per_step) for r in requests),
+        accepted_per_position=tuple(
+            sum(sum(a > i for a in r.accepted_per_step) for r in requests) for i in range(k)
+        ),
+        by_position=by_position,
+        mean_acceptance_length=length,
+        parallel=parallel,
+    )
+
+
+def _with_teacher_forced(
+    result: EngineAcceptance,
+    drafter,
+    prompts: list[list[int]],
+    requests: tuple[EngineRequest, ...],
+) -> EngineAcceptance:
+    from dataclasses import replace
+
+    from mtpcheck.accept.online import teacher_forced_at
+
+    sequences = [p + list(r.generated) for p, r in zip(prompts, requests, strict=True)]
+    passes = [
+        (i, slot, accepted)
+        for i, (p, r) in enumerate(zip(prompts, requests, strict=True))
+        for slot, accepted in zip(_passes(len(p), r), r.accepted_per_step, strict=True)
+    ]
+    # vLLM drafts q's argmax by default (draft_sample_method "greedy")
+    by_depth, leading = teacher_forced_at(
+        drafter, sequences, passes, result.k, result.temperature, argmax_drafts=True
+    )
+    agreeing = None  # pass by pass only where the chain scores every drafted position
+    if result.temperature == 0 and result.k <= drafter.chain.depths:
+        agreeing = sum(t == a for t, (_, _, a) in zip(leading, passes, strict=True))
+    return replace(result, teacher_forced=by_depth[: drafter.chain.depths], agreeing=agreeing)
+
+
+def describe(e: EngineAcceptance) -> str:
+    positions = " / ".join(_shown(p) for p in e.by_position)
+    tf = ""
+    if e.teacher_forced:
+        tf = "; teacher-forced at the same positions " + " / ".join(
+            f"{v:.3f}" for v in e.teacher_forced
+        )
+        if e.agreeing is not None:
+            tf += f" ({e.agreeing} of {e.drafts} steps agree)"
+    return (
+        f"{e.engine} ({e.parallel}), k={e.k}, T={e.temperature:g}: accepted per position "
+        f"{positions}, mean acceptance length {_shown(e.mean_acceptance_length, '.2f')}; "
+        f"{e.drafts} steps in {e.requests} requests (95% CI over requests){tf}"
+    )
+
+
+def _shown(e: Estimate, spec: str = ".3f") -> str:
+    if e.low is None or e.high is None:
+        return f"{e.value:{spec}}"
+    return f"{e.value:{spec}} [{e.low:.3f}, {e.high:.3f}]"
+
+
+def _finding(e: EngineAcceptance, min_acceptance: float | None) -> Finding:
+    details = {
+        "engine": e.engine,
+        "k": e.k,
+        "drafts": e.drafts,
+        "accepted_per_position": list(e.accepted_per_position),
+        "mean_acceptance_length": e.mean_acceptance_length.value,
+    }
+    first = e.by_position[0].value
+    if min_acceptance is not None:
+        details["min_acceptance"] = min_acceptance
+        if first < min_acceptance:
+            message = f"{describe(e)}; position 1 below --min-acceptance {min_acceptance:g}"
+            return Finding(e.checkpoint, Status.FAIL, message, details)
+    return Finding(e.checkpoint, Status.PASS, describe(e), details)
+
+
+def _disagreement(e: EngineAcceptance) -> Finding | None:
+    """WARN when the teacher-forced depth-1 figure at the engine's own positions lies outside
+    the engine's 95% interval at position 1. Depth 1 drafts alike under every rule, so the
+    engine then runs the MTP layer otherwise than the checkpoint defines it: copies it
+    replaces, config keys it reads differently, or a defect of the engine."""
+    first = e.by_position[0]
+    if not e.teacher_forced or first.low is None or first.high is None:
+        return None
+    expected = e.teacher_forced[0]
+    if first.low <= expected <= first.high:
+        return None
+    return Finding(
+        e.checkpoint,
+        Status.WARN,
+        f"{e.engine} accepts {_shown(first)} at position 1, teacher-forced at the same positions "
+        f"{expected:.3f}: the engine does not draft as the checkpoint's MTP layer does (stored "
+        "copies it replaces, config keys it reads otherwise, or an engine defect)",
+        {"engine": first.value, "teacher_forced": expected},
+    )
+
+
+def run_engine_accept(
+    options: AcceptOptions, log: Callable[[str], None] = lambda _: None
+) -> Report:
+    """Every workload through the engine, on the checkpoint (and the compared one)."""
+    paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
+    ckpts = [open_checkpoint(p, options.trust_pickle) for p in paths]
+    analyses = [analyse(c.config, c.tensors, c.config_path) for c in ckpts]
+    directories = [model_directory(c) for c in ckpts]
+    tokenizer = load_tokenizer(options.tokenizer or directories[0])
+    workloads = [
+        tokenise(name, path, tokenizer, options.max_tokens) for name, path in options.workloads
+    ]
+    prompts = {w.name: _prompts(w, options.prompt_tokens) for w in workloads}
+    settings = options.vllm
+    labels = ("A: ", "B: ") if len(ckpts) == 2 else ("",)
+
+    # one speculative config for both sides of --compare: the reference's, as it is served
+    k = options.depths or analyses[0].complete_layers or 1
+    results: dict[tuple[str, str], EngineAcceptance] = {}
+    requests: dict[tuple[str, str], tuple[EngineRequest, ...]] = {}
+    missing: dict[str, str] = {}
+    extra_findings: list[Finding] = []
+    for ckpt, analysis, directory, label in zip(ckpts, analyses, directories, labels, strict=False):
+        why = missing_drafter(analysis)
+        if why is not None:
+            missing[ckpt.path] = why
+            log(f"{label}{ckpt.path}: no drafter ({why}); vLLM not started")
+            continue
+        extra_findings += copies_finding(ckpt, analysis)
+        everything = [p for w in workloads for p in prompts[w.name]]
+        log(
+            f"{label}{ckpt.path}: vLLM ({settings.python}), MTP k={k}, {settings.parallel}, "
+            f"{len(everything)} prompts"
+        )
+        run = run_vllm(
+            directory,
+            dict(ckpt.config),
+            everything,
+            k,
+            options.new_tokens,
+            options.temperature,
+            settings,
+        )
+        log(f"{label}{ckpt.path}: vLLM {run.version}: {run.drafts} steps in {run.seconds:.1f} s")
+        start = 0
+        for w in workloads:
+            n = len(prompts[w.name])
+            part = run.requests[start : start + n]
+            start += n
+            requests[(ckpt.path, w.name)] = part
+            results[(ckpt.path, w.name)] = _acceptance(
+                ckpt.path, w, prompts[w.name], part, run, options, settings.parallel
+            )
+        if options.teacher_forced:
+            started = time.monotonic()
+            layout = drafter_layouts(ckpt, analysis)
+            if isinstance(layout, str):  # pragma: no cover - missing_drafter said None
+                raise MtpcheckError(f"{ckpt.path}: {layout}")
+            device = resolve_device(options.device)
+            drafter = load_drafter(ckpt, layout, device, options.dtype, None, None)
+            for w in workloads:
+                key = (ckpt.path, w.name)
+                results[key] = _with_teacher_forced(
+                    results[key], drafter, prompts[w.name], requests[key]
+                )
+            log(
+                f"{label}{ckpt.path}: teacher-forced at the engine's positions in "
+                f"{time.monotonic() - started:.1f} s"
+            )
+            del drafter
+
+    deltas = []
+    if len(ckpts) == 2 and not missing:
+        a, b = (c.path for c in ckpts)
+        for w in workloads:
+            ra, rb = requests[(a, w.name)], requests[(b, w.name)]
+            deltas.append(EngineDelta(w.name, *_paired(ra, rb, k)))
+
+    checks = []
+    for w in workloads:
+        findings = []
+        for ckpt, analysis in zip(ckpts, analyses, strict=True):
+            if ckpt.path in missing:
+                declared = analysis.declared.value
+                status = Status.FAIL if declared else Status.WARN
+                said = f"; the config declares {declared} MTP layer(s)" if declared else ""
+                findings.append(
+                    Finding(ckpt.path, status, f"no drafter ({missing[ckpt.path]}){said}")
+                )
+            else:
+                result = results[(ckpt.path, w.name)]
+                findings.append(_finding(result, options.min_acceptance))
+                differs = _disagreement(result)
+                if differs is not None:
+                    findings.append(differs)
+        findings += [
+            Finding(
+                "B - A",
+                Status.INFO,
+                f"position 1 {_shown(d.first_position, '+.3f')}, mean acceptance length "
+                f"{_shown(d.mean_acceptance_length, '+.2f')}",
+                {
+                    "first_position": d.first_position.value,
+                    "mean_acceptance_length": d.mean_acceptance_length.value,
+                },
+            )
+            for d in deltas
+            if d.workload == w.name
+        ]
+        checks.append(
+            CheckResult(
+                f"acceptance/{w.name}",
+                f"MTP acceptance in vLLM on workload {w.name}",
+                tuple(findings),
+            )
+        )
+    if extra_findings:
+        checks.append(CheckResult("served-copies", COPIES_TITLE, tuple(extra_findings)))
+    return Report(
+        command="accept",
+        inputs=tuple(summarise(c, a) for c, a in zip(ckpts, analyses, strict=True)),
+        checks=tuple(checks),
+        engine=tuple(results.values()),
+        engine_deltas=tuple(deltas),
+    )
+
+
+def _paired(
+    a: tuple[EngineRequest, ...], b: tuple[EngineRequest, ...], k: int
+) -> tuple[Estimate, Estimate]:
+    def first(rs):
+        return [sum(x > 0 for x in r.accepted_per_step) for r in rs]
+
+    def steps(rs):
+        return [len(r.accepted_per_step) for r in rs]
+
+    def accepted(rs):
+        return [sum(r.accepted_per_step) for r in rs]
+
+    position = paired_ratio_difference((first(a), steps(a)), (first(b), steps(b)))
+    length = paired_ratio_difference(
+        (accepted(a), steps(a)), (accepted(b), steps(b)), bounds=(-float(k), float(k))
+    )
+    return position, length

@@ -1,0 +1,210 @@
+"""``accept --engine vllm``: run the workloads through vLLM's MTP speculative decoding and read
+vLLM's own counters.
+
+vLLM runs in a child process, in the interpreter ``--vllm-python`` names (default: this one),
+executing :mod:`mtpcheck.accept.vllm_driver` by its file path, so a vLLM installed in a venv
+of its own (its pins often clash with a converter's) works as well as ``mtpcheck[vllm]``.
+Request and result travel as JSON files; vLLM's log goes to ``--engine-log`` or nowhere, never
+to mtpcheck's stdout or stderr.
+
+What is read (vLLM >= 0.32, the metrics API ``LLM.get_metrics()``):
+``vllm:spec_decode_num_drafts``, ``vllm:spec_decode_num_draft_tokens``,
+``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``,
+plus every request's ``CompletionOutput.spec_decode_metrics`` (``acceptance_histogram``,
+``per_step_accepted``), whose sums must equal the counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtpcheck.errors import InputError, MtpcheckError
+
+DRIVER = Path(__file__).with_name("vllm_driver.py")
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """How the engine is started, beyond the checkpoint and the prompts."""
+
+    python: str = sys.executable
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    executor: str | None = None
+    """vLLM's ``distributed_executor_backend`` (``mp`` or ``ray``; vLLM's default if None)."""
+    dtype: str = "auto"
+    extra: tuple[tuple[str, Any], ...] = ()
+    """Further ``vllm.LLM`` keyword arguments (``--vllm-arg KEY=VALUE``)."""
+    log: Path | None = None
+    """Where vLLM's own log goes (``--engine-log``); discarded if None."""
+
+    @property
+    def parallel(self) -> str:
+        return f"tp={self.tensor_parallel_size} pp={self.pipeline_parallel_size}"
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One request as vLLM ran it."""
+
+    generated: tuple[int, ...]
+    accepted_per_step: tuple[int, ...]
+    """Drafts accepted at each verify step, in order (0..k)."""
+    draft_tokens: int
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    version: str
+    k: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    requests: tuple[EngineRequest, ...]
+    seconds: float
+
+
+def parse_vllm_arg(spec: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; VALUE is read as JSON where it parses (``67108864``, ``true``,
+    ``{"a": 1}``), else kept as a string."""
+    key, sep, value = spec.partition("=")
+    if not sep or not key.isidentifier():
+        raise ValueError(f"{spec!r}: expected KEY=VALUE with KEY a vllm.LLM argument name")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _language_model_only(config: dict[str, Any]) -> bool:
+    """A vision-language checkpoint measured on text prompts runs without its vision tower."""
+    return "vision_config" in config
+
+
+def run_vllm(
+    model_dir: Path,
+    config: dict[str, Any],
+    prompts: list[list[int]],
+    k: int,
+    new_tokens: int,
+    temperature: float,
+    settings: VllmSettings,
+    seed: int = 0,
+) -> EngineRun:
+    """Generate ``new_tokens`` after each prompt with vLLM's MTP speculative decoding (k
+    drafts a step) and return its counters; every failure is one line (exit 2)."""
+    python = settings.python
+    if os.sep in python and not os.access(python, os.X_OK):
+        raise InputError(python, "--vllm-python: not an executable file")
+    request = {
+        "model": str(model_dir),
+        "prompts": prompts,
+        "k": k,
+        "new_tokens": new_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "dtype": settings.dtype,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "pipeline_parallel_size": settings.pipeline_parallel_size,
+        "distributed_executor_backend": settings.executor,
+        "language_model_only": _language_model_only(config),
+        "extra": dict(settings.extra),
+    }
+    with tempfile.TemporaryDirectory(prefix="mtpcheck-vllm-") as work:
+        request_path, result_path = Path(work, "request.json"), Path(work, "result.json")
+        request_path.write_text(json.dumps(request), encoding="utf-8")
+        log_path = settings.log or Path(work, "vllm.log")
+        try:
+            with open(log_path, "w", encoding="utf-8") as log:
+                done = subprocess.run(
+                    [python, str(DRIVER), str(request_path), str(result_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                )
+        except FileNotFoundError as e:
+            raise InputError(python, "--vllm-python: no such interpreter") from e
+        except OSError as e:
+            raise InputError(python, f"--vllm-python: cannot run it ({e.strerror})") from e
+        if not result_path.exists():
+            raise MtpcheckError(
+                f"vLLM ({python}) exited with status {done.returncode} without a result: "
+                f"{_last_line(log_path)}"
+                + (f" (its log: {settings.log})" if settings.log else " (--engine-log keeps it)")
+            )
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+    if "error" in result:
+        raise MtpcheckError(result["error"])
+    return _engine_run(result, k, len(prompts))
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else "no output"
+
+
+def _engine_run(result: dict[str, Any], k: int, prompts: int) -> EngineRun:
+    version = result["vllm_version"]
+    counters = result["counters"]
+    requests = []
+    for entry in result["requests"]:
+        if "per_step_accepted" not in entry:
+            raise MtpcheckError(
+                f"vLLM {version} returned no per-request spec-decode metrics (is MTP "
+                "speculative decoding on for this model?)"
+            )
+        requests.append(
+            EngineRequest(
+                tuple(entry["generated"]), tuple(entry["per_step_accepted"]), entry["draft_tokens"]
+            )
+        )
+    if len(requests) != prompts:
+        raise MtpcheckError(
+            f"vLLM {version} returned {len(requests)} outputs for {prompts} prompts"
+        )
+    per_position = tuple(counters["accepted_per_pos"]) + (0,) * max(
+        0, k - len(counters["accepted_per_pos"])
+    )
+    run = EngineRun(
+        version=version,
+        k=k,
+        drafts=counters["drafts"],
+        draft_tokens=counters["draft_tokens"],
+        accepted_tokens=counters["accepted_tokens"],
+        accepted_per_position=per_position[:k],
+        requests=tuple(requests),
+        seconds=sum(result["seconds"].values()),
+    )
+    _check_sums(run, result.get("metrics_found", []))
+    return run
+
+
+def _check_sums(run: EngineRun, found: list[str]) -> None:
+    """vLLM's per-request metrics must add up to its global counters: both are read, the
+    intervals come from the former and the figures from the latter."""
+    steps = sum(len(r.accepted_per_step) for r in run.requests)
+    if run.drafts == 0 and steps == 0:
+        raise MtpcheckError(
+            f"vLLM {run.version} drafted nothing (spec-decode metrics found: "
+            f"{', '.join(found) or 'none'})"
+        )
+    per_position = tuple(
+        sum(sum(a > i for a in r.accepted_per_step) for r in run.requests) for i in range(run.k)
+    )
+    sums = (steps, sum(r.draft_tokens for r in run.requests), per_position, sum(per_position))
+    counted = (run.drafts, run.draft_tokens, run.accepted_per_position, run.accepted_tokens)
+    if sums != counted:
+        raise MtpcheckError(
+            f"vLLM {run.version}'s per-request spec-decode metrics {sums} do not add up to its "
+            f"counters {counted} (steps, draft tokens, accepted per position, accepted)"
+        )
