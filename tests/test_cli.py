@@ -324,25 +324,49 @@ def test_roundtrip_of_a_megatron_checkpoint_is_usage_not_a_finding() -> None:
     )
 
 
-def test_roundtrip_of_a_family_the_builtin_converter_lacks_says_what_to_do(
-    tmp_path: Path,
-) -> None:
+MAPPED = (
+    "families with a mapping: DeepSeek-V3 / R1 / V3.1, DeepSeek-V3.2, Kimi-K2, GLM-4.5 / 4.6 / "
+    "4.7, GLM-4.7-Flash, GLM-5, Qwen3-Next, MiMo-7B"
+)
+
+
+def test_roundtrip_of_a_family_without_a_mapping_runs_no_converter(tmp_path: Path) -> None:
     src = FIXTURES / "step3p7"  # passes its audit; no Megatron mapping
-    run = _mtpcheck("roundtrip", src, "--workdir", tmp_path / "w")
-    assert run.returncode == 2
-    assert run.stderr == (
-        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet; bring your "
-        "own converter with --to-megatron and --to-hf\n"
+    said = (
+        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet: roundtrip cannot "
+        "judge the Megatron checkpoint between its stages, so no converter was run; `mtpcheck "
+        f"diff {src} FINAL_HF` compares the two HF ends ({MAPPED})\n"
     )
+    run = _mtpcheck("roundtrip", src, "--workdir", tmp_path / "w")
+    assert (run.returncode, run.stderr) == (2, said)
     assert list((tmp_path / "w").iterdir()) == []
+    # with converters of the user's own: refused before the first one runs
+    marker = tmp_path / "stage1-ran"
+    run = _mtpcheck("roundtrip", src, "--workdir", tmp_path / "w",
+                    "--to-megatron", f"touch {marker} && cp -r {{src}} {{dst}}",
+                    "--to-hf", "cp -r {src} {dst}", "--format", "json")  # fmt: skip
+    assert run.returncode == 2 and not marker.exists()
+    error = json.loads(run.stdout)["error"]
+    assert error["path"] == str(src) and said.split(f"{src}: ", 1)[1].startswith(error["reason"])
     converted = _mtpcheck("convert", "hf-to-megatron", src, tmp_path / "out")
     assert converted.returncode == 2
     assert converted.stderr == (
-        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet; convert it with "
-        "your own tool and compare with `mtpcheck diff SRC MEGATRON`, or round-trip it with "
-        "`mtpcheck roundtrip SRC --to-megatron CMD --to-hf CMD`\n"
+        f"mtpcheck: error: {src}: no HF <-> Megatron mapping for Step-3.7 yet: mtpcheck can "
+        f"neither write its Megatron checkpoint nor judge one ({MAPPED})\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_diff_of_a_megatron_checkpoint_with_an_unmapped_hf_family_names_it(tmp_path) -> None:
+    src, megatron = FIXTURES / "qwen3_5_text", Path(__file__).parent / "data" / "megatron_lm_0192"
+    run = _mtpcheck("diff", src, megatron, "--format", "json")
+    assert run.returncode == 2
+    assert json.loads(run.stdout)["error"] == {
+        "path": str(src),
+        "reason": "no HF <-> Megatron mapping for Qwen3.5 / 3.6 (text-only) yet: it cannot be "
+        f"compared with the Megatron checkpoint {megatron}; diff it with an HF checkpoint "
+        f"instead ({MAPPED})",
+    }
 
 
 def test_convert_refuses_a_full_destination_before_importing_megatron(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.tensor_match import compare_many
+from mtpcheck.errors import InputError
 from mtpcheck.families import analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
@@ -75,11 +76,18 @@ def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint,
     """Across formats, show the HF side under Megatron names (bit-exact mapping)."""
     if _is_megatron(a) == _is_megatron(b):
         return a, b, False
-    from mtpcheck.mapping import as_megatron  # numpy: only on the cross-format path
+    from mtpcheck.mapping import MappingError, as_megatron, mapped_families  # numpy: only here
 
-    if _is_megatron(b):
-        return as_megatron(a), b, True
-    return a, as_megatron(b), True
+    hf, megatron = (b, a) if _is_megatron(a) else (a, b)
+    try:
+        view = as_megatron(hf)
+    except MappingError as e:
+        raise InputError(
+            hf.path,
+            f"{e}: it cannot be compared with the Megatron checkpoint {megatron.path}; diff it "
+            f"with an HF checkpoint instead (families with a mapping: {mapped_families()})",
+        ) from e
+    return (view, b, True) if hf is a else (a, view, True)
 
 
 def diff_report(

@@ -26,28 +26,38 @@ CONVERT_ELSEWHERE = (
 """What to do instead, said by ``convert hf-to-megatron``."""
 
 
-def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
-    """The writer's family key for ``hf``; input the built-in converter cannot take is
-    refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""
-    if hf.format != HF_FORMAT:  # an HF checkpoint whose bytes are at hand, read by offset
+def require_hf(ckpt: Checkpoint) -> None:
+    """The round trip and hf-to-megatron start from an HF checkpoint whose bytes are at hand
+    (read by offset); anything else is refused up front (:class:`InputError`: exit 2)."""
+    if ckpt.format != HF_FORMAT:
         raise InputError(
-            hf.path,
-            f"is a {hf.format} checkpoint; the round trip and hf-to-megatron start from an HF "
+            ckpt.path,
+            f"is a {ckpt.format} checkpoint; the round trip and hf-to-megatron start from an HF "
             "safetensors checkpoint (compare a Megatron checkpoint with its HF source with "
             "`mtpcheck diff HF MEGATRON`)",
         )
+
+
+def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
+    """The writer's family key for ``hf``; input the built-in converter cannot take is
+    refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""
+    require_hf(hf)
     return writer_family(hf.config, hf.path, instead)
 
 
 def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_CONVERTER) -> str:
     """The writer's layout key for an HF config (``where`` names it in the error): the
     family record's :class:`~mtpcheck.families.interface.MegatronWriter`."""
-    from mtpcheck.mapping.plan import MappingError, mappable_family
+    from mtpcheck.mapping.plan import MappingError, mappable_family, mapped_families
 
     try:
         family = mappable_family(hf_config)
     except MappingError as e:
-        raise InputError(where, f"{e}; {instead}") from e
+        raise InputError(
+            where,
+            f"{e}: mtpcheck can neither write its Megatron checkpoint nor judge one (families "
+            f"with a mapping: {mapped_families()})",
+        ) from e
     if family.writer is None:
         raise InputError(
             where, f"the built-in converter cannot write {family.display} yet; {instead}"

@@ -1,6 +1,6 @@
 """HF <-> Megatron correspondence: name rules, bit-exact transforms, mapped views."""
 
-from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
+from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan, mapped_families
 from mtpcheck.mapping.views import MappedCheckpoint, as_hf, as_megatron
 
 __all__ = [
@@ -11,4 +11,5 @@ __all__ = [
     "as_hf",
     "as_megatron",
     "build_plan",
+    "mapped_families",
 ]

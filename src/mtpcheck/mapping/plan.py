@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mtpcheck.errors import MtpcheckError
-from mtpcheck.families import ConcatOrder, MtpFamily, declared_count, detect_family, fill_template
+from mtpcheck.families import (
+    FAMILIES,
+    ConcatOrder,
+    MtpFamily,
+    declared_count,
+    detect_family,
+    fill_template,
+)
 from mtpcheck.families.layout import lookup
 from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, Kind, top_level
 from mtpcheck.mapping.transforms import Gdn, Qkv
@@ -55,6 +62,13 @@ class Plan:
 
     def by_hf(self) -> dict[str, TensorMapping]:
         return {h: m for m in self.mappings for h in m.hf}
+
+
+def mapped_families() -> str:
+    """The families with an HF <-> Megatron mapping, in words (for refusals)."""
+    return ", ".join(
+        f.display for f in FAMILIES if f.megatron_wrapper is not None and f.model_types
+    )
 
 
 def mappable_family(hf_config: Mapping[str, Any]) -> MtpFamily:

@@ -195,8 +195,10 @@ def convert(
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
+    builtin.require_hf(source)
+    _require_mapping(source, opts.source)  # stage 1 is judged by it: before any converter
     if not opts.to_megatron or not opts.to_hf:
-        builtin.require_writable(source)  # the built-in stages need a family they can map
+        builtin.require_writable(source)  # the built-in stages need a writer for the family
     check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
     megatron_dir = work / "megatron"
@@ -242,6 +244,22 @@ def convert(
     final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
     stage2 = StageRun(result, final_dir, unreadable)
     return Conversions(source_path, audit, stage1, stage2, label), Opened(source, megatron, final)
+
+
+def _require_mapping(source: Checkpoint, shown: Path) -> None:
+    """Refuse a source whose Megatron checkpoint mtpcheck could not judge, before a converter
+    runs (hours on a real model) rather than after both."""
+    from mtpcheck.mapping import MappingError, as_megatron, mapped_families
+
+    try:
+        as_megatron(source)
+    except MappingError as e:
+        raise InputError(
+            source.path,
+            f"{e}: roundtrip cannot judge the Megatron checkpoint between its stages, so no "
+            f"converter was run; `mtpcheck diff {shown} FINAL_HF` compares the two HF ends "
+            f"(families with a mapping: {mapped_families()})",
+        ) from e
 
 
 def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
