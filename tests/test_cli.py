@@ -326,7 +326,7 @@ def test_roundtrip_of_a_megatron_checkpoint_is_usage_not_a_finding() -> None:
 
 MAPPED = (
     "families with a mapping: DeepSeek-V3 / R1 / V3.1, DeepSeek-V3.2, Kimi-K2, GLM-4.5 / 4.6 / "
-    "4.7, GLM-4.7-Flash, GLM-5, Qwen3-Next, MiMo-7B"
+    "4.7, GLM-4.7-Flash, GLM-5, Qwen3-Next, MiMo-7B, Qwen3.5 / 3.6 (text-only)"
 )
 
 
@@ -358,12 +358,12 @@ def test_roundtrip_of_a_family_without_a_mapping_runs_no_converter(tmp_path: Pat
 
 
 def test_diff_of_a_megatron_checkpoint_with_an_unmapped_hf_family_names_it(tmp_path) -> None:
-    src, megatron = FIXTURES / "qwen3_5_text", Path(__file__).parent / "data" / "megatron_lm_0192"
+    src, megatron = FIXTURES / "step3p7", Path(__file__).parent / "data" / "megatron_lm_0192"
     run = _mtpcheck("diff", src, megatron, "--format", "json")
     assert run.returncode == 2
     assert json.loads(run.stdout)["error"] == {
         "path": str(src),
-        "reason": "no HF <-> Megatron mapping for Qwen3.5 / 3.6 (text-only) yet: it cannot be "
+        "reason": "no HF <-> Megatron mapping for Step-3.7 yet: it cannot be "
         f"compared with the Megatron checkpoint {megatron}; diff it with an HF checkpoint "
         f"instead ({MAPPED})",
     }

@@ -218,6 +218,7 @@ def test_capability_records_are_consistent() -> None:
         "glm_moe_dsa": "glm_moe_dsa",
         "qwen3_next": "qwen3_next",
         "mimo": "mimo",
+        "qwen3_5_text": "qwen3_next",  # the same megatron-core layout (Megatron-Bridge 0.6)
     }
     measurable = [f.key for f in FAMILIES if f.accept.measurable]
     assert measurable == [

@@ -15,7 +15,7 @@ from mtpcheck.mapping.views import load_array
 from mtpcheck.model import TensorStatus
 from tests.conftest import FIXTURES
 
-MAPPED = ("deepseek_v3", "glm4_moe", "mimo")
+MAPPED = ("deepseek_v3", "glm4_moe", "mimo", "qwen3_next", "qwen3_5_text")
 
 
 @settings(max_examples=60, deadline=None)
@@ -70,6 +70,20 @@ def test_fixture_maps_completely_and_back_bit_for_bit(name: str) -> None:
     assert set(back.tensors) == set(hf.tensors)
     for n in hf.tensors:
         assert compare(hf, n, back, n).status is TensorStatus.EQUAL, n
+
+
+def test_qwen3_5_gated_delta_net_projections_stack_as_megatron_core_fuses_them() -> None:
+    """Qwen3.5's four projections become ``[q; k; v; z; beta; alpha]`` rows, each part whole
+    (megatron-core's fused ``in_proj``; Megatron-Bridge 0.6 GDNLinearMappingSeparate at TP 1)."""
+    hf = open_checkpoint(FIXTURES / "qwen3_5_text")
+    meg = as_megatron(hf)
+    name = "decoder.layers.0.self_attention.in_proj.weight"
+    whole = load_array(meg, name)
+    parts = [load_array(hf, f"model.layers.0.linear_attn.in_proj_{p}.weight")
+             for p in ("qkv", "z", "b", "a")]  # fmt: skip
+    assert [p.shape[0] for p in parts] == [64, 32, 4, 4]  # 2 * 2 key heads * 8 + 4 * 8, ...
+    assert np.array_equal(whole, np.concatenate(parts))
+    assert "decoder.layers.3.self_attention.in_proj.weight" not in meg.tensors  # full attention
 
 
 def test_megatron_names_of_the_glm_mtp_layer() -> None:

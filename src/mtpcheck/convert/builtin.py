@@ -171,7 +171,7 @@ class _OneAtATime:
         if m.kind is Kind.CONCAT_ROWS:
             np.concatenate(parts, axis=0, out=target)
         else:
-            target[...] = forward(m, parts)
+            target[...] = forward(m, parts, meta.dtype)
         return out
 
 
@@ -329,7 +329,9 @@ class _SplitOnce:
         if self._pieces[0] != m.megatron:
             self._pieces = (None, [])
             whole = _load(self.view.source, m.megatron)
-            self._pieces = (m.megatron, [np.ascontiguousarray(p) for p in backward(m, whole)])
+            dtype = self.view.source.tensors[m.megatron].dtype
+            pieces = backward(m, whole, dtype)
+            self._pieces = (m.megatron, [np.ascontiguousarray(p) for p in pieces])
         piece = self._pieces[1][m.hf.index(name)]
         raw = memoryview(piece.reshape(-1).view(np.uint8))
         return (raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes))

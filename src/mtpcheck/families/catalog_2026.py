@@ -19,6 +19,7 @@ from mtpcheck.families.interface import (
     ConcatOrder,
     CopyPolicy,
     Drafter,
+    MegatronWriter,
     MtpFamily,
     SharedCopy,
 )
@@ -43,9 +44,13 @@ def _qwen_style(
     gated_attention: bool = True,
     accept: AcceptSupport = NOT_MEASURABLE,
     notes: str = "",
+    mapped: bool = False,
+    gdn_split: bool = False,
+    writer: MegatronWriter | None = None,
 ) -> MtpFamily:
     """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
-    cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``."""
+    cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``;
+    ``mapped``: with the HF <-> Megatron mapping of that block (Megatron-Bridge's)."""
     return MtpFamily(
         key=key,
         display=display,
@@ -70,11 +75,25 @@ def _qwen_style(
         ),
         main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
+        main_norm=f"{root}norm.weight",
+        megatron_wrapper=_QWEN_WRAPPER if mapped else None,
         gated_attention=gated_attention,
         shared_expert_style="shared_expert",
+        gdn_split=gdn_split,
+        writer=writer,
         accept=accept,
         notes=notes,
     )
+
+
+_QWEN_WRAPPER = (
+    "mtp.pre_fc_norm_embedding.weight",
+    "mtp.pre_fc_norm_hidden.weight",
+    "mtp.fc.weight",
+    "mtp.norm.weight",
+)
+"""Megatron's enorm, hnorm, eh_proj and final_layernorm of the one MTP layer (Megatron-Bridge
+0.6 ``qwen35_bridge.py``: ``mtp.layers.0.{enorm, hnorm, eh_proj, final_layernorm}``)."""
 
 
 def _appended(
@@ -173,6 +192,16 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
         root="model.",
         accept=MEASURABLE,
+        mapped=True,
+        gdn_split=True,
+        writer=MegatronWriter(
+            "qwen3_next",
+            "te",
+            False,
+            "Qwen3-Next's megatron-core layout (gated delta net, gated attention, zero-centred "
+            "norms), which Megatron-Bridge 0.6's Qwen3.5 bridge writes too; the writer writes "
+            "the Transformer Engine layout without building the model",
+        ),
     ),
     # transformers models/exaone_moe; vLLM exaone_moe_mtp.py, SGLang exaone_moe_mtp.py.
     # The MTP block has a dense MLP (it mirrors main layer 0, not the MoE layers).

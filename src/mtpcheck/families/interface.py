@@ -152,6 +152,10 @@ class MtpFamily:
     shared_expert_style: str = "shared_experts"
     """HF name of the MoE shared expert block: ``shared_experts`` or Qwen's gated
     ``shared_expert``."""
+    gdn_split: bool = False
+    """HF stores the gated delta net's input projection as four tensors, ``in_proj_qkv`` /
+    ``in_proj_z`` / ``in_proj_b`` / ``in_proj_a`` (Qwen3.5), not Qwen3-Next's two
+    head-grouped ``in_proj_qkvz`` / ``in_proj_ba``."""
     block_lacks: tuple[str, ...] = ()
     """Name prefixes (relative to a decoder layer) that main layers hold and MTP blocks do
     not, by design (HY-V4's hyper-connection weights)."""

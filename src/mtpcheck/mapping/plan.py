@@ -167,7 +167,12 @@ def _layer(
         if side == "hf"
         else meg_prefix + "self_attention.linear_kv_down_proj.weight"
     )
-    traits = {"mla" if mla_marker in names else "gqa", family.shared_expert_style}
+    traits = {
+        "mla" if mla_marker in names else "gqa",
+        family.shared_expert_style,
+        "gdn_split" if family.gdn_split else "gdn_fused",
+    }
+    gdn_kinds = (Kind.GDN_IN_PROJ, Kind.GDN_SPLIT_IN_PROJ)
     for rule in DECODER_RULES:
         if rule.when and rule.when not in traits:
             continue
@@ -185,7 +190,7 @@ def _layer(
                     continue
             elif meg not in names:
                 continue
-            if rule.kind is Kind.GDN_IN_PROJ and gdn is None:
+            if rule.kind in gdn_kinds and gdn is None:
                 raise MappingError(f"{hf[0]}: config lacks the linear_* gated delta net sizes")
             out.append(
                 TensorMapping(
@@ -193,7 +198,7 @@ def _layer(
                     hf,
                     rule.kind,
                     qkv if rule.kind is Kind.QKV else None,
-                    gdn if rule.kind is Kind.GDN_IN_PROJ else None,
+                    gdn if rule.kind in gdn_kinds else None,
                 )
             )
     return out

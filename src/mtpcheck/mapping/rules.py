@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 
 class Kind(str, enum.Enum):
-    """How HF source tensors become one Megatron tensor (every kind is invertible)."""
+    """How HF source tensors become one Megatron tensor (every kind is invertible; all but
+    ``ZERO_CENTRED`` bit for bit)."""
 
     COPY = "copy"
     CONCAT_ROWS = "concat_rows"
@@ -24,6 +25,15 @@ class Kind(str, enum.Enum):
     GDN_IN_PROJ = "gdn_in_proj"
     """Gated delta net: HF ``in_proj_qkvz`` + ``in_proj_ba`` regrouped into megatron-core's
     fused ``in_proj`` (see :class:`mtpcheck.mapping.transforms.Gdn`)."""
+    ZERO_CENTRED = "zero_centred"
+    """A norm Megatron stores zero-centred: ``w - 1`` (megatron-core builds the gated delta
+    net's ``out_norm`` with ``layernorm_zero_centered_gamma``, which Megatron-Bridge sets for
+    Qwen3-Next and Qwen3.5, whose HF gated norm multiplies by ``w`` itself). Arithmetic, the
+    one kind that is not bit-exact for every value (``transforms.add_to_values``)."""
+    GDN_SPLIT_IN_PROJ = "gdn_split_in_proj"
+    """Gated delta net: HF ``in_proj_qkv`` (flat ``[q; k; v]``), ``in_proj_z``, ``in_proj_b``
+    and ``in_proj_a`` stacked by rows into megatron-core's fused ``in_proj``, which is
+    ``[q; k; v; z; beta; alpha]`` head-major (Qwen3.5; row counts from the config)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,8 @@ class LayerRule:
     """Further HF names (relative) that must exist for the rule to apply."""
     when: str = ""
     """Only for layers with this trait: ``mla`` / ``gqa`` attention, ``shared_experts`` /
-    ``shared_expert`` naming; several HF names share one Megatron name across traits."""
+    ``shared_expert`` naming, ``gdn_fused`` / ``gdn_split`` projections; several HF names
+    share one Megatron name across traits."""
 
 
 _R = LayerRule
@@ -92,11 +103,24 @@ DECODER_RULES: tuple[LayerRule, ...] = (
         ("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"),
         _GDN + "in_proj.weight",
         Kind.GDN_IN_PROJ,
+        when="gdn_fused",
+    ),
+    # Qwen3.5's four separate projections (Megatron-Bridge 0.6 GDNLinearMappingSeparate)
+    _R(
+        (
+            "linear_attn.in_proj_qkv.weight",
+            "linear_attn.in_proj_z.weight",
+            "linear_attn.in_proj_b.weight",
+            "linear_attn.in_proj_a.weight",
+        ),
+        _GDN + "in_proj.weight",
+        Kind.GDN_SPLIT_IN_PROJ,
+        when="gdn_split",
     ),
     _R(("linear_attn.conv1d.weight",), _GDN + "conv1d.weight"),
     _R(("linear_attn.A_log",), _GDN + "A_log"),
     _R(("linear_attn.dt_bias",), _GDN + "dt_bias"),
-    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight"),
+    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight", Kind.ZERO_CENTRED),
     _R(("linear_attn.out_proj.weight",), _GDN + "out_proj.weight"),
     # dense SwiGLU MLP
     _R(("mlp.gate_proj.weight", "mlp.up_proj.weight"), "mlp.linear_fc1.weight", _CAT),

@@ -1,8 +1,11 @@
-"""Bit-exact tensor transforms between HF and Megatron layouts.
+"""Tensor transforms between HF and Megatron layouts, over raw element bits.
 
-Every transform is pure slicing and concatenation over raw element bits: arrays hold
-unsigned integers of the element width (uint16 for BF16, uint8 for FP8, ...), so no value
-is ever converted and a correct round trip reproduces every byte.
+Arrays hold unsigned integers of the element width (uint16 for BF16, uint8 for FP8, ...).
+Every transform but one is pure slicing and concatenation, so no value is converted and a
+correct round trip reproduces every byte. The exception is :func:`add_to_values`, for a norm
+one side stores zero-centred (Megatron's ``out_norm`` of a gated delta net): ``w - 1`` and
+back, computed as torch computes it on a tensor of that dtype, which gives every value back
+unchanged only where ``w - 1`` is representable (for BF16 weights in [0.5, 256)).
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ class Gdn:
         """Rows of HF ``in_proj_qkvz`` and ``in_proj_ba``."""
         return self.key_heads * sum(self.qkvz_widths()), 2 * self.value_heads
 
+    def split_rows(self) -> tuple[int, int, int, int]:
+        """Rows of Qwen3.5's HF ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``."""
+        k, v = self.key_heads * self.key_dim, self.value_heads * self.value_dim
+        return 2 * k + v, v, self.value_heads, self.value_heads
+
 
 def _by_key_head(g: Gdn, x: np.ndarray, widths: Sequence[int]) -> list[np.ndarray]:
     grouped = x.reshape((g.key_heads, sum(widths), *x.shape[1:]))
@@ -146,3 +154,22 @@ def gdn_in_proj_from_megatron(g: Gdn, w: np.ndarray) -> tuple[np.ndarray, np.nda
     qkvz = np.concatenate(per_head[:4], axis=1).reshape((-1, *tail))
     ba = np.concatenate(per_head[4:], axis=1).reshape((-1, *tail))
     return qkvz, ba
+
+
+def add_to_values(bits: np.ndarray, dtype: str, delta: float) -> np.ndarray:
+    """The bits of every element's value plus ``delta``, rounded as torch's in-place add on a
+    tensor of ``dtype`` rounds it: the sum in float32 (float64 for F32), then to nearest even
+    in ``dtype``; NaN stays NaN."""
+    if dtype == "BF16":
+        values = (bits.astype(np.uint32) << 16).view(np.float32)
+        summed = (values + np.float32(delta)).astype(np.float32)
+        raw = summed.view(np.uint32)
+        rounded = (raw + 0x7FFF + ((raw >> 16) & 1)) >> 16
+        quiet = (raw >> 16) | 0x0040
+        return np.where(np.isnan(summed), quiet, rounded).astype(np.uint16)
+    if dtype == "F16":
+        values = bits.view(np.float16).astype(np.float32)
+        return (values + np.float32(delta)).astype(np.float16).view(np.uint16)
+    if dtype == "F32":
+        return (bits.view(np.float32).astype(np.float64) + delta).astype(np.float32).view(np.uint32)
+    raise ValueError(f"a zero-centred norm of dtype {dtype} is not supported")

@@ -58,8 +58,11 @@ def _same_dtype(metas: list[TensorMeta], what: str) -> str:
     return dtypes.pop()
 
 
+_ONE_TO_ONE = (Kind.COPY, Kind.SWAP_HALVES, Kind.ZERO_CENTRED)
+
+
 def _forward_shape(m: TensorMapping, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    if m.kind in (Kind.COPY, Kind.SWAP_HALVES):
+    if m.kind in _ONE_TO_ONE:
         return shapes[0]
     tails = {s[1:] for s in shapes}
     if len(tails) != 1:
@@ -68,7 +71,7 @@ def _forward_shape(m: TensorMapping, shapes: list[tuple[int, ...]]) -> tuple[int
 
 
 def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    if m.kind in (Kind.COPY, Kind.SWAP_HALVES):
+    if m.kind in _ONE_TO_ONE:
         return [shape]
     tail = shape[1:]
     if m.kind is Kind.GDN_IN_PROJ:
@@ -77,6 +80,12 @@ def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int
         if shape[0] != qkvz + ba:
             raise MappingError(f"{m.megatron}: {shape[0]} rows do not match {m.gdn}")
         return [(qkvz, *tail), (ba, *tail)]
+    if m.kind is Kind.GDN_SPLIT_IN_PROJ:
+        assert m.gdn is not None
+        rows = m.gdn.split_rows()
+        if shape[0] != sum(rows):
+            raise MappingError(f"{m.megatron}: {shape[0]} rows do not match {m.gdn}")
+        return [(r, *tail) for r in rows]
     if m.kind is Kind.CONCAT_ROWS:
         parts = len(m.hf)
         if shape[0] % parts:
@@ -91,13 +100,15 @@ def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int
     return [(q_rows, *tail), (kv_rows, *tail), (kv_rows, *tail)]
 
 
-def forward(m: TensorMapping, parts: list[np.ndarray]) -> np.ndarray:
-    """HF arrays -> the Megatron array."""
+def forward(m: TensorMapping, parts: list[np.ndarray], dtype: str = "") -> np.ndarray:
+    """HF arrays (of ``dtype``) -> the Megatron array."""
     if m.kind is Kind.COPY:
         return parts[0]
+    if m.kind is Kind.ZERO_CENTRED:
+        return tf.add_to_values(parts[0], dtype, -1.0)
     if m.kind is Kind.SWAP_HALVES:
         return tf.swap_column_halves(parts[0])
-    if m.kind is Kind.CONCAT_ROWS:
+    if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):
         return tf.concat_rows(parts)
     if m.kind is Kind.GDN_IN_PROJ:
         assert m.gdn is not None
@@ -106,13 +117,15 @@ def forward(m: TensorMapping, parts: list[np.ndarray]) -> np.ndarray:
     return tf.qkv_to_megatron(m.qkv, *parts)
 
 
-def backward(m: TensorMapping, whole: np.ndarray) -> list[np.ndarray]:
-    """The Megatron array -> HF arrays, in the order of ``m.hf``."""
+def backward(m: TensorMapping, whole: np.ndarray, dtype: str = "") -> list[np.ndarray]:
+    """The Megatron array (of ``dtype``) -> HF arrays, in the order of ``m.hf``."""
     if m.kind is Kind.COPY:
         return [whole]
+    if m.kind is Kind.ZERO_CENTRED:
+        return [tf.add_to_values(whole, dtype, 1.0)]
     if m.kind is Kind.SWAP_HALVES:
         return [tf.swap_column_halves(whole)]
-    if m.kind is Kind.CONCAT_ROWS:
+    if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):
         return tf.split_rows(whole, [s[0] for s in _backward_shapes(m, whole.shape)])
     if m.kind is Kind.GDN_IN_PROJ:
         assert m.gdn is not None
@@ -151,18 +164,20 @@ class MappedCheckpoint:
             m = self.plan.by_megatron()[name]
             if m.kind is Kind.COPY:
                 return self.source.read_chunks(m.hf[0], chunk_bytes)
-            if m.kind is Kind.CONCAT_ROWS:  # the parts' bytes one after the other: streamed
+            if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):  # parts' bytes in turn
                 parts_bytes = (c for h in m.hf for c in self.source.read_chunks(h, chunk_bytes))
                 return rechunk(parts_bytes, chunk_bytes)
             parts = [load_array(self.source, h) for h in m.hf]
-            return _yield_bytes(forward(m, parts), chunk_bytes)
+            dtype = self.source.tensors[m.hf[0]].dtype
+            return _yield_bytes(forward(m, parts, dtype), chunk_bytes)
         copy_of = dict(self.plan.copies)
         if name in copy_of:
             return self.read_chunks(copy_of[name], chunk_bytes)
         m = self.plan.by_hf()[name]
         if m.kind is Kind.COPY:
             return self.source.read_chunks(m.megatron, chunk_bytes)
-        pieces = backward(m, load_array(self.source, m.megatron))
+        dtype = self.source.tensors[m.megatron].dtype
+        pieces = backward(m, load_array(self.source, m.megatron), dtype)
         return _yield_bytes(pieces[m.hf.index(name)], chunk_bytes)
 
 
