@@ -158,3 +158,28 @@ def test_family_without_mapping_is_refused() -> None:
         build_plan({"model_type": "longcat_flash", "num_hidden_layers": 2}, [], "hf")
     with pytest.raises(MappingError, match="not a known MTP family"):
         build_plan({"model_type": "llama"}, [], "hf")
+
+
+def test_zero_centred_norm_is_computed_as_torch_computes_it() -> None:
+    """``w - 1`` and back, bit for bit what torch's in-place add gives on the same dtype
+    (Megatron-Bridge's RMSNorm2ZeroCenteredRMSNormMapping runs exactly that)."""
+    import torch
+
+    from mtpcheck.mapping.transforms import add_to_values
+
+    values = [0.251953125, 0.5, 0.7, 1.0, 1.3, 255.0, 300.0, -2.5, 0.0, -0.0, 1e-8]
+    for dtype, torch_dtype, bits in (
+        ("BF16", torch.bfloat16, torch.int16),
+        ("F16", torch.float16, torch.int16),
+        ("F32", torch.float32, torch.int32),
+    ):
+        t = torch.tensor(values, dtype=torch_dtype)
+        raw = t.view(bits).numpy().view(f"<u{t.element_size()}")
+        for delta in (-1.0, 1.0):
+            expected = (t + delta).view(bits).numpy().view(raw.dtype)
+            assert np.array_equal(add_to_values(raw, dtype, delta), expected), (dtype, delta)
+    nan = torch.tensor([float("nan")], dtype=torch.bfloat16).view(torch.int16).numpy()
+    back = add_to_values(nan.view("<u2"), "BF16", -1.0).view(np.uint16)
+    assert (int(back[0]) & 0x7F80) == 0x7F80 and int(back[0]) & 0x007F  # still a NaN
+    with pytest.raises(ValueError, match="F8_E4M3"):
+        add_to_values(np.zeros(2, dtype=np.uint8), "F8_E4M3", -1.0)
