@@ -161,9 +161,14 @@ def test_megatron_lm_default_save_strategy_is_read(single: Path) -> None:
             "decoder.layers.3.mlp.shared_experts.linear_fc1.weight",
             "decoder.layers.3.mlp.shared_experts.linear_fc1.weight",
         ),
+        # Transformer Engine MLA: the norms fused into the up projections (Megatron-Bridge 0.6)
         (
             "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight",
-            "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight",
+            "decoder.layers.0.self_attention.q_layernorm.weight",
+        ),
+        (
+            "mtp.layers.0.mtp_model_layer.self_attention.linear_kv_up_proj.layer_norm_weight",
+            "mtp.layers.0.transformer_layer.self_attention.kv_layernorm.weight",
         ),
     ],
 )

@@ -50,10 +50,8 @@ ATTENTION = (
 MLA = (
     "self_attention.linear_q_down_proj.weight",
     "self_attention.linear_q_up_proj.weight",
-    "self_attention.linear_q_up_proj.layer_norm_weight",
     "self_attention.linear_kv_down_proj.weight",
     "self_attention.linear_kv_up_proj.weight",
-    "self_attention.linear_kv_up_proj.layer_norm_weight",
     "self_attention.kv_layernorm.weight",
     "self_attention.core_attention.indexer.linear_wq_b.weight",
 )

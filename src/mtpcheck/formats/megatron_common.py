@@ -33,6 +33,24 @@ EMBEDDING_NAMES = ("embedding.word_embeddings.weight", "output_layer.weight")
 """Tensors whose rows are the (possibly padded) vocabulary."""
 
 
+WRAPPER_PREFIXES = ("language_model.",)
+"""Where a Megatron vision-language model keeps its language model (Megatron-Bridge's
+Qwen3-VL / Qwen3.5-VL models: ``language_model.decoder...``, ``language_model.mtp...`` beside
+``vision_model.*``). The readers name its tensors without the prefix, as a plain GPT model's."""
+_LM_HEADS = ("decoder.", "mtp.", "embedding.", "output_layer.")
+
+
+def wrapper_prefix(names: Iterable[str]) -> str:
+    """The prefix a checkpoint's language model lives under (``""`` when it is at the top)."""
+    names = list(names)
+    if any(n.startswith(_LM_HEADS) for n in names):
+        return ""
+    for prefix in WRAPPER_PREFIXES:
+        if any(n.startswith(prefix + head) for n in names for head in _LM_HEADS):
+            return prefix
+    return ""
+
+
 def is_model_key(key: str) -> bool:
     """False for optimizer, RNG and other non-model items, and for ``_extra_state``."""
     if "_extra_state" in key:

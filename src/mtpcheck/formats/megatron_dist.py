@@ -64,6 +64,7 @@ from mtpcheck.formats.megatron_common import (
     safetensors_dtype,
     tensor_chunks,
     unpadded_rows,
+    wrapper_prefix,
 )
 from mtpcheck.formats.megatron_dist_config import load_config
 from mtpcheck.formats.torch_dist_keys import KeyTemplate, row_part_order
@@ -276,6 +277,9 @@ def _build_plans(
                     duplicates.setdefault(name, (plan.key, key))
                     continue
                 plan.pieces.append(_piece(where, offsets, sizes, fixed, metadata_file, key))
+    wrapper = wrapper_prefix(halves)
+    if wrapper:  # a vision-language model: its language model under a prefix of its own
+        halves = {name.removeprefix(wrapper): by_half for name, by_half in halves.items()}
     plans: dict[str, _Plan] = {}
     for name, by_half in sorted(halves.items()):
         plans[name] = _join_parts(name, by_half, issues)

@@ -23,10 +23,11 @@ keeps them inverse to each other (``tests/test_torch_dist_keys.py`` checks it). 
   ``<layer>.self_attention.in_proj.layer_norm_weight``) and ``<layer>.pre_mlp_layernorm.`` as
   ``<layer>.mlp.linear_fc1.layer_norm_``. Which layers do so is the layout's
   (:class:`NormSpec`); the readers undo every such rename wherever it appears (a TE-spec MoE
-  layer already stores ``pre_mlp_layernorm.weight``, which stays). MLA fused norms
-  (``self_attention.linear_q_up_proj.layer_norm_weight``,
-  ``self_attention.linear_kv_up_proj.layer_norm_weight``) have no local-spec counterpart and
-  keep their names both ways;
+  layer already stores ``pre_mlp_layernorm.weight``, which stays). The Transformer Engine MLA
+  spec's fused norms (``self_attention.linear_q_up_proj.layer_norm_weight``,
+  ``self_attention.linear_kv_up_proj.layer_norm_weight``) are the local spec's
+  ``q_layernorm`` / ``kv_layernorm`` and read back as those; the writer writes no TE MLA
+  layout;
 * row parts (:data:`ROW_PARTS`): the gated delta net stores ``in_proj.weight`` and
   ``conv1d.weight`` as one key per part (``in_proj.weight.query``, ...), rows in table order;
   singleton-shard saves store SwiGLU ``linear_fc1.weight`` as ``linear_fc1.weight_w`` (gate)
@@ -67,7 +68,21 @@ class FusedNorm:
 QKV_INPUT_NORM = FusedNorm("input_layernorm.", "self_attention.linear_qkv.layer_norm_")
 FC1_PRE_MLP_NORM = FusedNorm("pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_")
 IN_PROJ_INPUT_NORM = FusedNorm("input_layernorm.", "self_attention.in_proj.layer_norm_")
-FUSED_NORMS: tuple[FusedNorm, ...] = (QKV_INPUT_NORM, FC1_PRE_MLP_NORM, IN_PROJ_INPUT_NORM)
+MLA_Q_NORM = FusedNorm("self_attention.q_layernorm.", "self_attention.linear_q_up_proj.layer_norm_")
+MLA_KV_NORM = FusedNorm(
+    "self_attention.kv_layernorm.", "self_attention.linear_kv_up_proj.layer_norm_"
+)
+"""megatron-core's Transformer Engine MLA spec builds ``linear_q_up_proj`` /
+``linear_kv_up_proj`` as ``TELayerNormColumnParallelLinear`` with ``q_layernorm`` /
+``kv_layernorm`` an identity: the norms the local spec keeps as modules of their own (what
+Megatron-Bridge 0.6 writes for DeepSeek-V3)."""
+FUSED_NORMS: tuple[FusedNorm, ...] = (
+    QKV_INPUT_NORM,
+    FC1_PRE_MLP_NORM,
+    IN_PROJ_INPUT_NORM,
+    MLA_Q_NORM,
+    MLA_KV_NORM,
+)
 """Every fused norm torch_dist keys can hold; the readers undo all of them."""
 LOCAL_SPEC_NORMS: tuple[FusedNorm, ...] = (QKV_INPUT_NORM, FC1_PRE_MLP_NORM)
 """The ``sharded_state_dict_keys_map`` of ``get_gpt_layer_local_spec`` (non-MLA), every layer."""
