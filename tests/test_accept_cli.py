@@ -193,11 +193,14 @@ def test_workload_formats(tmp_path: Path) -> None:
 def test_tokens_outside_the_vocabulary_are_refused(run_cli, tmp_path: Path) -> None:
     workload = tmp_path / "w.jsonl"  # w90 is id 94, outside GLM fixture's 64 ids
     workload.write_text('{"text": "w01 w90"}\n')
-    run = run_cli(
-        "accept", FIXTURES / "glm4_moe", "--workload", f"w={workload}", "--tokenizer", FIXTURE
-    )
+    args = ("accept", FIXTURES / "glm4_moe", "--workload", f"w={workload}", "--tokenizer", FIXTURE)
+    run = run_cli(*args)
     assert run.exit_code == 2, run
     assert "token id 94 is outside" in run.stderr
+    # the engine path too, before any engine starts (this --vllm-python cannot run)
+    engine = run_cli(*args, "--engine", "vllm", "--vllm-python", tmp_path / "no-python")
+    assert engine.exit_code == 2, engine
+    assert "token id 94 is outside" in engine.stderr
 
 
 def test_checkpoint_without_tokenizer_needs_one(run_cli, tmp_path: Path) -> None:

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from mtpcheck.accept.copies import COPIES_TITLE, copies_finding
+from mtpcheck.accept.gating import no_drafter_status, shown
 from mtpcheck.accept.head import drafter_layouts, missing_drafter
-from mtpcheck.accept.loading import load_drafter, model_directory, resolve_device
+from mtpcheck.accept.inputs import open_inputs
+from mtpcheck.accept.loading import load_drafter, resolve_device
 from mtpcheck.accept.metrics import paired_ratio_difference, ratio_estimate
+from mtpcheck.accept.online import teacher_forced_at
 from mtpcheck.accept.options import AcceptOptions
-from mtpcheck.accept.vllm_engine import EngineRequest, EngineRun, run_vllm
-from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
+from mtpcheck.accept.vllm_engine import EngineRequest, run_vllm
+from mtpcheck.accept.workloads import Workload
 from mtpcheck.errors import MtpcheckError
-from mtpcheck.families import analyse, summarise
-from mtpcheck.formats import open_checkpoint
+from mtpcheck.families import summarise
 from mtpcheck.model import (
     CheckResult,
     EngineAcceptance,
@@ -54,42 +57,31 @@ def _passes(prompt: int, request: EngineRequest) -> list[int]:
 def _acceptance(
     label: str,
     workload: Workload,
-    prompts: list[list[int]],
     requests: tuple[EngineRequest, ...],
-    run: EngineRun,
+    version: str,
+    k: int,
     options: AcceptOptions,
-    parallel: str,
 ) -> EngineAcceptance:
-    k = run.k
-    steps = [len(r.accepted_per_step) for r in requests]
-    by_position = tuple(
-        ratio_estimate([sum(a > i for a in r.accepted_per_step) for r in requests], steps)
-        for i in range(k)
-    )
-    length = ratio_estimate(
-        [n + sum(r.accepted_per_step) for n, r in zip(steps, requests, strict=True)],
-        steps,
-        bounds=(1.0, 1.0 + k),
-    )
+    steps = [r.steps for r in requests]
+    reached = [[r.reached(i) for r in requests] for i in range(1, k + 1)]
+    length = ratio_estimate([r.steps + r.accepted for r in requests], steps, bounds=(1.0, 1.0 + k))
     return EngineAcceptance(
         checkpoint=label,
         workload=workload.name,
-        engine=f"vLLM {run.version}",
+        engine=f"vLLM {version}",
         k=k,
         temperature=options.temperature,
-        requests=len(prompts),
+        requests=len(requests),
         prompt_tokens=options.prompt_tokens,
         new_tokens=options.new_tokens,
         generated_tokens=sum(len(r.generated) for r in requests),
         drafts=sum(steps),
         draft_tokens=sum(r.draft_tokens for r in requests),
-        accepted_tokens=sum(sum(r.accepted_per_step) for r in requests),
-        accepted_per_position=tuple(
-            sum(sum(a > i for a in r.accepted_per_step) for r in requests) for i in range(k)
-        ),
-        by_position=by_position,
+        accepted_tokens=sum(r.accepted for r in requests),
+        accepted_per_position=tuple(sum(counts) for counts in reached),
+        by_position=tuple(ratio_estimate(counts, steps) for counts in reached),
         mean_acceptance_length=length,
-        parallel=parallel,
+        parallel=options.vllm.parallel,
     )
 
 
@@ -99,10 +91,6 @@ def _with_teacher_forced(
     prompts: list[list[int]],
     requests: tuple[EngineRequest, ...],
 ) -> EngineAcceptance:
-    from dataclasses import replace
-
-    from mtpcheck.accept.online import teacher_forced_at
-
     sequences = [p + list(r.generated) for p, r in zip(prompts, requests, strict=True)]
     passes = [
         (i, slot, accepted)
@@ -120,7 +108,7 @@ def _with_teacher_forced(
 
 
 def describe(e: EngineAcceptance) -> str:
-    positions = " / ".join(_shown(p) for p in e.by_position)
+    positions = " / ".join(shown(p) for p in e.by_position)
     tf = ""
     if e.teacher_forced:
         tf = "; teacher-forced at the same positions " + " / ".join(
@@ -130,15 +118,9 @@ def describe(e: EngineAcceptance) -> str:
             tf += f" ({e.agreeing} of {e.drafts} steps agree)"
     return (
         f"{e.engine} ({e.parallel}), k={e.k}, T={e.temperature:g}: accepted per position "
-        f"{positions}, mean acceptance length {_shown(e.mean_acceptance_length, '.2f')}; "
+        f"{positions}, mean acceptance length {shown(e.mean_acceptance_length, '.2f')}; "
         f"{e.drafts} steps in {e.requests} requests (95% CI over requests){tf}"
     )
-
-
-def _shown(e: Estimate, spec: str = ".3f") -> str:
-    if e.low is None or e.high is None:
-        return f"{e.value:{spec}}"
-    return f"{e.value:{spec}} [{e.low:.3f}, {e.high:.3f}]"
 
 
 def _finding(e: EngineAcceptance, min_acceptance: float | None) -> Finding:
@@ -172,7 +154,7 @@ def _disagreement(e: EngineAcceptance) -> Finding | None:
     return Finding(
         e.checkpoint,
         Status.WARN,
-        f"{e.engine} accepts {_shown(first)} at position 1, teacher-forced at the same positions "
+        f"{e.engine} accepts {shown(first)} at position 1, teacher-forced at the same positions "
         f"{expected:.3f}: the engine does not draft as the checkpoint's MTP layer does (stored "
         "copies it replaces, config keys it reads otherwise, or an engine defect)",
         {"engine": first.value, "teacher_forced": expected},
@@ -183,17 +165,10 @@ def run_engine_accept(
     options: AcceptOptions, log: Callable[[str], None] = lambda _: None
 ) -> Report:
     """Every workload through the engine, on the checkpoint (and the compared one)."""
-    paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
-    ckpts = [open_checkpoint(p, options.trust_pickle) for p in paths]
-    analyses = [analyse(c.config, c.tensors, c.config_path) for c in ckpts]
-    directories = [model_directory(c) for c in ckpts]
-    tokenizer = load_tokenizer(options.tokenizer or directories[0])
-    workloads = [
-        tokenise(name, path, tokenizer, options.max_tokens) for name, path in options.workloads
-    ]
+    inputs = open_inputs(options)
+    ckpts, analyses, workloads = inputs.checkpoints, inputs.analyses, inputs.workloads
     prompts = {w.name: _prompts(w, options.prompt_tokens) for w in workloads}
     settings = options.vllm
-    labels = ("A: ", "B: ") if len(ckpts) == 2 else ("",)
 
     # one speculative config for both sides of --compare: the reference's, as it is served
     k = options.depths or analyses[0].complete_layers or 1
@@ -201,7 +176,9 @@ def run_engine_accept(
     requests: dict[tuple[str, str], tuple[EngineRequest, ...]] = {}
     missing: dict[str, str] = {}
     extra_findings: list[Finding] = []
-    for ckpt, analysis, directory, label in zip(ckpts, analyses, directories, labels, strict=False):
+    for ckpt, analysis, directory, label in zip(
+        ckpts, analyses, inputs.directories, inputs.labels, strict=False
+    ):
         why = missing_drafter(analysis)
         if why is not None:
             missing[ckpt.path] = why
@@ -229,9 +206,7 @@ def run_engine_accept(
             part = run.requests[start : start + n]
             start += n
             requests[(ckpt.path, w.name)] = part
-            results[(ckpt.path, w.name)] = _acceptance(
-                ckpt.path, w, prompts[w.name], part, run, options, settings.parallel
-            )
+            results[(ckpt.path, w.name)] = _acceptance(ckpt.path, w, part, run.version, k, options)
         if options.teacher_forced:
             started = time.monotonic()
             layout = drafter_layouts(ckpt, analysis)
@@ -263,11 +238,9 @@ def run_engine_accept(
         for ckpt, analysis in zip(ckpts, analyses, strict=True):
             if ckpt.path in missing:
                 declared = analysis.declared.value
-                status = Status.FAIL if declared else Status.WARN
                 said = f"; the config declares {declared} MTP layer(s)" if declared else ""
-                findings.append(
-                    Finding(ckpt.path, status, f"no drafter ({missing[ckpt.path]}){said}")
-                )
+                message = f"no drafter ({missing[ckpt.path]}){said}"
+                findings.append(Finding(ckpt.path, no_drafter_status(declared), message))
             else:
                 result = results[(ckpt.path, w.name)]
                 findings.append(_finding(result, options.min_acceptance))
@@ -278,8 +251,8 @@ def run_engine_accept(
             Finding(
                 "B - A",
                 Status.INFO,
-                f"position 1 {_shown(d.first_position, '+.3f')}, mean acceptance length "
-                f"{_shown(d.mean_acceptance_length, '+.2f')}",
+                f"position 1 {shown(d.first_position, '+.3f')}, mean acceptance length "
+                f"{shown(d.mean_acceptance_length, '+.2f')}",
                 {
                     "first_position": d.first_position.value,
                     "mean_acceptance_length": d.mean_acceptance_length.value,
@@ -309,17 +282,16 @@ def run_engine_accept(
 def _paired(
     a: tuple[EngineRequest, ...], b: tuple[EngineRequest, ...], k: int
 ) -> tuple[Estimate, Estimate]:
-    def first(rs):
-        return [sum(x > 0 for x in r.accepted_per_step) for r in rs]
+    """B - A of the position-1 acceptance and of the mean acceptance length, paired over
+    requests."""
 
-    def steps(rs):
-        return [len(r.accepted_per_step) for r in rs]
+    def counts(rs: tuple[EngineRequest, ...], count) -> tuple[list[int], list[int]]:
+        return [count(r) for r in rs], [r.steps for r in rs]
 
-    def accepted(rs):
-        return [sum(r.accepted_per_step) for r in rs]
-
-    position = paired_ratio_difference((first(a), steps(a)), (first(b), steps(b)))
+    position = paired_ratio_difference(
+        counts(a, lambda r: r.reached(1)), counts(b, lambda r: r.reached(1))
+    )
     length = paired_ratio_difference(
-        (accepted(a), steps(a)), (accepted(b), steps(b)), bounds=(-float(k), float(k))
+        counts(a, lambda r: r.accepted), counts(b, lambda r: r.accepted), bounds=(-k, k)
     )
     return position, length

@@ -67,12 +67,18 @@ def result(
     )
 
 
-def _shown(e: Estimate, spec: str = ".3f") -> str:
+def shown(e: Estimate, spec: str = ".3f") -> str:
     """``0.950 [0.940, 0.960]``: the value (as ``spec``) and its interval, where there is
     one."""
     if e.low is None or e.high is None:
         return f"{e.value:{spec}}"
     return f"{e.value:{spec}} [{e.low:.3f}, {e.high:.3f}]"
+
+
+def no_drafter_status(declared: int | None) -> Status:
+    """A checkpoint without a drafter fails when its config declares MTP layers (a serving
+    engine will look for them) and warns when it declares none."""
+    return Status.FAIL if declared else Status.WARN
 
 
 def describe(r: AcceptanceResult) -> str:
@@ -84,10 +90,10 @@ def describe(r: AcceptanceResult) -> str:
         chained = (
             f"; {len(c.depths)} MTP layers chained ({c.hidden}): all {len(c.depths)} drafts "
             f"accepted {c.depths[-1].alpha.value:.3f}, "
-            f"{_shown(c.tokens_per_pass, '.2f')} tokens per pass"
+            f"{shown(c.tokens_per_pass, '.2f')} tokens per pass"
         )
     return (
-        f"greedy {_shown(r.greedy)}, alpha {_shown(r.alpha)} at T={r.temperature:g}, "
+        f"greedy {shown(r.greedy)}, alpha {shown(r.alpha)} at T={r.temperature:g}, "
         f"{r.tokens_per_pass:.2f} tokens per pass{chained}; {r.positions} positions in "
         f"{r.sequences} sequences (95% CI over sequences)"
     )
@@ -95,7 +101,7 @@ def describe(r: AcceptanceResult) -> str:
 
 def describe_delta(d: AcceptanceDelta) -> str:
     return (
-        f"greedy {_shown(d.greedy, '+.3f')}, alpha {_shown(d.alpha, '+.3f')}, "
+        f"greedy {shown(d.greedy, '+.3f')}, alpha {shown(d.alpha, '+.3f')}, "
         f"tokens per pass {d.tokens_per_pass:+.3f}"
     )
 
@@ -115,9 +121,7 @@ def finding(
         if r.alpha.value < min_acceptance:
             message = f"{describe(r)}; below --min-acceptance {min_acceptance:g}"
             return Finding(r.checkpoint, Status.FAIL, message, details)
-    if not r.drafter and declared:
-        # the config promises a drafter a serving engine will look for: the gate fails
-        message = f"{describe(r)}; the config declares {declared} MTP layer(s)"
-        return Finding(r.checkpoint, Status.FAIL, message, details)
-    status = Status.PASS if r.drafter else Status.WARN
-    return Finding(r.checkpoint, status, describe(r), details)
+    if r.drafter:
+        return Finding(r.checkpoint, Status.PASS, describe(r), details)
+    said = f"; the config declares {declared} MTP layer(s)" if declared else ""
+    return Finding(r.checkpoint, no_drafter_status(declared), describe(r) + said, details)

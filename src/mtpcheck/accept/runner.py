@@ -19,7 +19,8 @@ from mtpcheck.accept.gating import chain_result, describe_delta, finding, result
 from mtpcheck.accept.head import (
     drafter_layouts,
 )
-from mtpcheck.accept.loading import load_drafter, model_directory, resolve_device
+from mtpcheck.accept.inputs import open_inputs
+from mtpcheck.accept.loading import load_drafter, resolve_device
 from mtpcheck.accept.metrics import (
     SequenceCounts,
     paired_difference,
@@ -27,14 +28,11 @@ from mtpcheck.accept.metrics import (
 from mtpcheck.accept.online import measure_online
 from mtpcheck.accept.options import AcceptOptions
 from mtpcheck.accept.scoring import measure
-from mtpcheck.accept.workloads import Workload, load_tokenizer, tokenise
-from mtpcheck.errors import InputError, MtpcheckError
-from mtpcheck.families import ChainHidden, analyse, summarise
-from mtpcheck.formats import open_checkpoint
+from mtpcheck.errors import MtpcheckError
+from mtpcheck.families import ChainHidden, summarise
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
-    Checkpoint,
     CheckResult,
     Finding,
     OnlineAcceptance,
@@ -42,19 +40,6 @@ from mtpcheck.model import (
     Status,
 )
 from mtpcheck.ticker import Ticker
-
-
-def _check_vocab(workload: Workload, ckpt: Checkpoint) -> None:
-    vocab = ckpt.config.get("vocab_size")
-    if vocab is None and isinstance(ckpt.config.get("text_config"), dict):
-        vocab = ckpt.config["text_config"].get("vocab_size")
-    if not isinstance(vocab, int):
-        return
-    top = max((max(s) for s in workload.sequences if s), default=-1)
-    if top >= vocab:
-        raise InputError(
-            workload.path, f"token id {top} is outside {ckpt.path}'s vocabulary ({vocab} ids)"
-        )
 
 
 def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: None) -> Report:
@@ -67,22 +52,12 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
         return run_engine_accept(options, log)
     device = resolve_device(options.device)
     device_map = resolve_device_map(options.device_map)
-    paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
-    ckpts = [open_checkpoint(p, options.trust_pickle) for p in paths]
-    analyses = [analyse(c.config, c.tensors, c.config_path) for c in ckpts]
-    directories = [model_directory(c) for c in ckpts]
+    inputs = open_inputs(options)
+    ckpts, analyses, workloads = inputs.checkpoints, inputs.analyses, inputs.workloads
     chain = ChainHidden(options.chain) if options.chain else None
     layouts = [drafter_layouts(c, a, chain) for c, a in zip(ckpts, analyses, strict=True)]
 
-    tokenizer = load_tokenizer(options.tokenizer or directories[0])
-    workloads = [
-        tokenise(name, path, tokenizer, options.max_tokens) for name, path in options.workloads
-    ]
-    for workload in workloads:
-        for ckpt in ckpts:
-            _check_vocab(workload, ckpt)
-
-    labels = ("A: ", "B: ") if len(ckpts) == 2 else ("",)
+    labels = inputs.labels
     all_counts: list[dict[str, list[SequenceCounts]]] = []
     results: list[AcceptanceResult] = []
     online: list[OnlineAcceptance] = []

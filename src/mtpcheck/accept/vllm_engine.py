@@ -59,6 +59,18 @@ class EngineRequest:
     """Drafts accepted at each verify step, in order (0..k)."""
     draft_tokens: int
 
+    @property
+    def steps(self) -> int:
+        return len(self.accepted_per_step)
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_per_step)
+
+    def reached(self, position: int) -> int:
+        """Steps whose drafts 1..``position`` were all accepted (vLLM's per-position count)."""
+        return sum(a >= position for a in self.accepted_per_step)
+
 
 @dataclass(frozen=True)
 class EngineRun:
@@ -192,15 +204,13 @@ def _engine_run(result: dict[str, Any], k: int, prompts: int) -> EngineRun:
 def _check_sums(run: EngineRun, found: list[str]) -> None:
     """vLLM's per-request metrics must add up to its global counters: both are read, the
     intervals come from the former and the figures from the latter."""
-    steps = sum(len(r.accepted_per_step) for r in run.requests)
+    steps = sum(r.steps for r in run.requests)
     if run.drafts == 0 and steps == 0:
         raise MtpcheckError(
             f"vLLM {run.version} drafted nothing (spec-decode metrics found: "
             f"{', '.join(found) or 'none'})"
         )
-    per_position = tuple(
-        sum(sum(a > i for a in r.accepted_per_step) for r in run.requests) for i in range(run.k)
-    )
+    per_position = tuple(sum(r.reached(i) for r in run.requests) for i in range(1, run.k + 1))
     sums = (steps, sum(r.draft_tokens for r in run.requests), per_position, sum(per_position))
     counted = (run.drafts, run.draft_tokens, run.accepted_per_position, run.accepted_tokens)
     if sums != counted:
