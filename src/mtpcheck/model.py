@@ -203,6 +203,18 @@ class HasByteSpans(Protocol):
 
 
 @runtime_checkable
+class ReadsSlices(Protocol):
+    """A checkpoint that reads part of a tensor without the bytes before it (one expert of
+    a tensor that stacks them all)."""
+
+    def read_slice_chunks(
+        self, name: str, start: int, length: int, chunk_bytes: int
+    ) -> Iterator[bytes]:
+        """Bytes ``start .. start + length`` of tensor ``name``, chunked as ``read_chunks``."""
+        ...
+
+
+@runtime_checkable
 class HasSpanReader(Protocol):
     """A checkpoint whose tensors lie at plain file offsets (``TensorMeta.file`` and
     ``offset``), read by positioned reads: the tensor matcher's fast path."""
@@ -312,6 +324,9 @@ class TensorComparison:
     storage: tuple[str, str] | None = None
     """QUANTIZED only: how each side stores the parameter (``BF16``, ``INT4: weight_packed
     I32 [8, 4] + weight_scale BF16 [8, 1]``)."""
+    values_differing: int | None = None
+    """DTYPE_CHANGED only, context: elements whose values differ once the narrower float type
+    is widened exactly (0: every value survived the change); None: not such a pair of types."""
     steps: float | None = None
     """QUANTIZED, dequantized: the largest difference between B's dequantized values and A's,
     in units of B's quantization step there (at most about 0.5 when B rounds A)."""

@@ -19,6 +19,13 @@ def _fmt(dtype: str | None, shape: tuple[int, ...] | None) -> str:
     return f"{dtype}{list(shape) if shape is not None else ''}"
 
 
+def _numel(shape: tuple[int, ...] | None) -> int:
+    numel = 1
+    for d in shape or ():
+        numel *= d
+    return numel
+
+
 def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
     """One sentence about one comparison."""
     if c.status is TensorStatus.EQUAL:
@@ -28,7 +35,12 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
     if c.status is TensorStatus.EXTRA:
         return f"only in {right} ({_fmt(c.dtype[1], c.shape[1])}), absent in {left}"
     if c.status is TensorStatus.DTYPE_CHANGED:
-        return f"dtype changed {c.dtype[0]} -> {c.dtype[1]}"
+        changed = f"dtype changed {c.dtype[0]} -> {c.dtype[1]}"
+        if c.values_differing == 0:
+            return f"{changed} (every value kept: the wider type holds each exactly)"
+        if c.values_differing is not None:
+            return f"{changed}; {c.values_differing} of {_numel(c.shape[0])} values differ"
+        return changed
     if c.status is TensorStatus.SHAPE_CHANGED:
         return f"shape changed {list(c.shape[0] or ())} -> {list(c.shape[1] or ())}"
     if c.status is TensorStatus.UNREADABLE:
@@ -46,9 +58,7 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
             f"same dtype and shape; bytes not compared ({c.nbytes} bytes on each side, "
             "--fetch compares them by range reads)"
         )
-    numel = 1
-    for d in c.shape[0] or ():
-        numel *= d
+    numel = _numel(c.shape[0])
     context = f"; max abs diff {c.max_abs_diff:.6g}" if c.max_abs_diff is not None else ""
     return (
         f"bits differ in {c.differing_elements} of {numel} elements, "

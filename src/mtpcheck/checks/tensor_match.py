@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mtpcheck.checks.widening import values_differing
 from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import DTYPES, FloatLayout, Kind, itemsize
 from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
@@ -66,6 +67,8 @@ def compare_many(
     pending: list[tuple[int, TensorMeta, TensorMeta, str, str]] = []
     for an, bn in pairs:
         verdict, ma, mb = by_metadata(a, an, b, bn)
+        if verdict.status is TensorStatus.DTYPE_CHANGED:
+            verdict = replace(verdict, values_differing=values_differing(a, an, b, bn))
         if ma is not None and mb is not None:
             pending.append((len(results), ma, mb, an, bn))
         results.append(verdict)

@@ -67,6 +67,7 @@ def _plain_tensor(c: TensorComparison) -> dict[str, Any]:
         "differing_elements": c.differing_elements,
         "first_difference": list(c.first_difference) if c.first_difference else None,
         "max_abs_diff": c.max_abs_diff,
+        "values_differing": c.values_differing,
     }
 
 
