@@ -12,17 +12,21 @@ user's converter commands, so ``roundtrip`` judges exactly what the tool wrote.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from mtpcheck.formats import open_checkpoint
+from tests.conftest import FIXTURES, flip_bit
 
 CORPUS = Path(__file__).resolve().parent / "data" / "megatron_bridge_062"
 CLEAN = {  # case -> tensors of `diff SOURCE MEGATRON --all`, every one bit-identical
     "deepseek_v3": 60,
+    "exaone_moe": 77,
     "glm4_moe": 54,
     "glm_moe_dsa-mtp1": 75,
+    "nemotron_h": 51,
     "qwen3_next-mtp1": 63,
     "qwen3_5_text": 53,
 }
@@ -69,7 +73,9 @@ def test_the_megatron_output_maps_bit_for_bit(run_cli, case: str) -> None:
     assert {t["status"] for t in tensors} == {"equal"}
 
 
-@pytest.mark.parametrize("case", ["glm_moe_dsa-mtp1", "qwen3_next-mtp1", "qwen3_5_text"])
+@pytest.mark.parametrize(
+    "case", ["glm_moe_dsa-mtp1", "nemotron_h", "qwen3_next-mtp1", "qwen3_5_text"]
+)
 def test_round_trip_through_the_tool_passes(run_cli, case: str, tmp_path: Path) -> None:
     report = _roundtrip(run_cli, case, tmp_path)
     assert report["ok"] and _failing(report) == {}
@@ -112,18 +118,100 @@ def test_without_the_count_the_bridge_drops_the_mtp_layer(
     )
 
 
-def test_a_vision_language_checkpoint_is_read_without_its_language_model_prefix(run_cli) -> None:
-    """Megatron-Bridge writes Qwen3.5-MoE (VLM) as ``language_model.*`` beside
-    ``vision_model.*``: the MTP layer is found there, not reported lost; the VLM family has
-    no mapping yet, so ``diff`` with the HF source is refused, naming it."""
-    megatron = CORPUS / "qwen3_5_moe" / "megatron"
-    run = run_cli("inspect", megatron, "--format", "json")
-    assert run.exit_code == 0, run
+def _findings(report: dict, check: str) -> dict[str, str]:
+    return {
+        f["subject"]: f["message"]
+        for c in report["checks"]
+        if c["name"] == check
+        for f in c["findings"]
+        if f["status"] == "fail"
+    }
+
+
+KEPT = "dtype changed BF16 -> F32 (every value kept: the wider type holds each exactly)"
+
+
+def test_hy_v3_router_bias_is_widened_to_float32(run_cli, tmp_path: Path) -> None:
+    """megatron-core keeps the router's expert bias in F32: the bridge widens HY-V3's BF16
+    ``mlp.expert_bias`` (main and MTP layer) and exports it so. Every other tensor maps bit for
+    bit; the two changed dtypes fail the gate, each named with its values kept."""
+    run = run_cli(
+        "diff", FIXTURES / "hy_v3", CORPUS / "hy_v3" / "megatron", "--all", "--format", "json"
+    )
+    assert run.exit_code == 1, run
     report = json.loads(run.stdout)
-    (summary,) = report["inputs"]
+    assert _findings(report, "tensors") == {
+        "decoder.layers.1.mlp.router.expert_bias": KEPT,
+        "mtp.layers.0.transformer_layer.mlp.router.expert_bias": KEPT,
+    }
+    statuses = [t["status"] for t in report["tensors"]]
+    assert (len(statuses), statuses.count("equal")) == (51, 49)
+    round_trip = _roundtrip(run_cli, "hy_v3", tmp_path)
+    assert _failing(round_trip) == {
+        "stage1-tensors": ["mtp.layers.0.transformer_layer.mlp.router.expert_bias"],
+        "roundtrip-tensors": ["model.layers.2.mlp.expert_bias"],
+    }
+
+
+def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
+    run_cli, tmp_path: Path
+) -> None:
+    """Megatron-Bridge writes Qwen3.5-MoE (VLM) as ``language_model.*`` beside
+    ``vision_model.*``, in F32 (its VL bridge reads the dtype from ``text_config``, where the
+    fixture has none). The MTP layer is found under the language model's names, the MTP
+    block's fused experts (``gate_up_proj`` [E, 2I, H]) are compared expert by expert, every
+    value is kept and every tensor fails on its widened dtype; the vision tower, which no rule
+    maps, is named as not compared."""
+    megatron = CORPUS / "qwen3_5_moe" / "megatron"
+    inspected = run_cli("inspect", megatron, "--format", "json")
+    assert inspected.exit_code == 0, inspected
+    (summary,) = json.loads(inspected.stdout)["inputs"]
     assert summary["declared_mtp_layers"] == 1
     assert [layer["complete"] for layer in summary["mtp_layers"]] == [True]
     assert all(not t.startswith("language_model.") for t in summary["mtp_layers"][0]["tensors"])
-    refused = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron)
-    assert refused.exit_code == 2
-    assert "no HF <-> Megatron mapping for Qwen3.5 / 3.6 (VLM) yet" in refused.stderr
+
+    run = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--format", "json")
+    assert run.exit_code == 1, run
+    report = json.loads(run.stdout)
+    failing = _findings(report, "tensors")
+    assert len(failing) == 24 and set(failing.values()) == {KEPT}
+    experts = [n for n in failing if ".experts.local_experts." in n]
+    assert len(experts) == 8  # 4 experts x (fc1, fc2), cut from two fused HF tensors
+
+    everything = json.loads(
+        run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--all", "--format", "json").stdout
+    )
+    outside = next(
+        f
+        for c in everything["checks"]
+        for f in c["findings"]
+        if f["subject"] == "outside the mapping"
+    )
+    assert outside["status"] == "skip"
+    names = outside["details"]["names"]
+    assert len(names) == 42
+    assert all(n.startswith(("model.visual.", "vision_model.")) for n in names)
+    assert {t["status"] for t in everything["tensors"]} == {"dtype_changed"}
+    assert {t["values_differing"] for t in everything["tensors"]} == {0}
+
+    round_trip = _roundtrip(run_cli, "qwen3_5_moe", tmp_path)
+    stage1 = _findings(round_trip, "stage1-tensors")
+    assert len(stage1) == 24
+    assert all(m.startswith(f"stage 1 (HF -> Megatron): {KEPT} [from ") for m in stage1.values())
+    assert set(_failing(round_trip)) == {"stage1-tensors", "roundtrip-tensors"}
+
+
+def test_a_flipped_bit_in_a_nested_hybrid_mtp_layer_is_named(run_cli, tmp_path: Path) -> None:
+    """Nemotron-H's MTP depth is a stack of layers (pattern ``*E``), which megatron-core
+    nests as ``mtp.layers.0.mtp_model_layer.layers.{t}``: one bit flipped on disk in the
+    second (MoE) layer's router is named under that layer's canonical name."""
+    damaged = tmp_path / "megatron"
+    shutil.copytree(CORPUS / "nemotron_h" / "megatron", damaged)
+    name = "mtp.layers.0.transformer_layer.layers.1.mlp.router.weight"
+    (span, *_rest) = open_checkpoint(damaged, False).byte_spans(name)
+    flip_bit(Path(span.file), span.offset + 3, bit=2)
+    run = run_cli("diff", FIXTURES / "nemotron_h", damaged, "--format", "json")
+    assert run.exit_code == 1, run
+    (message,) = _findings(json.loads(run.stdout), "tensors").values()
+    assert list(_findings(json.loads(run.stdout), "tensors")) == [name]
+    assert message.startswith("bits differ in 1 of 64 elements, first at index [0, 1]")

@@ -396,6 +396,22 @@ def test_row_parts_have_one_order_each() -> None:
     }
 
 
+def test_mamba_row_parts_and_names() -> None:
+    """megatron-core's MambaMixer stores ``in_proj.weight`` as z, x, B, C, dt and ``conv1d``'s
+    weight and bias as x, B, C (Nemotron-H by Megatron-Bridge 0.6); its fused norm and the
+    hybrid stack's final norm read back under GPT's canonical names."""
+    assert row_part_order({"dt", "C", "B", "x", "z"}) == ("z", "x", "B", "C", "dt")
+    assert row_part_order({"C", "x", "B"}) == ("x", "B", "C")
+    assert row_part_order({"x", "B"}) is None
+    layer = "decoder.layers.0.mixer."
+    assert split_row_part(layer + "in_proj.weight.dt") == (layer + "in_proj.weight", "dt")
+    assert split_row_part(layer + "conv1d.bias.B") == (layer + "conv1d.bias", "B")
+    assert split_row_part(layer + "in_proj.bias.x") == (layer + "in_proj.bias.x", None)
+    assert split_row_part(layer + "out_proj.weight.x") == (layer + "out_proj.weight.x", None)
+    assert canonical_name(layer + "in_proj.layer_norm_weight") == "decoder.layers.0.norm.weight"
+    assert canonical_name("decoder.final_norm.weight") == "decoder.final_layernorm.weight"
+
+
 def test_norm_renames_are_one_table() -> None:
     """Every fused norm the writer can write is undone by the readers, in any layer."""
     for fused in FUSED_NORMS:

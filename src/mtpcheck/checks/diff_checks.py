@@ -72,11 +72,20 @@ def _is_megatron(ckpt: Checkpoint) -> bool:
     return ckpt.naming is Naming.MEGATRON
 
 
-def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint, bool]:
-    """Across formats, show the HF side under Megatron names (bit-exact mapping)."""
+def align_formats(
+    a: Checkpoint, b: Checkpoint
+) -> tuple[Checkpoint, Checkpoint, bool, tuple[str, ...]]:
+    """Across formats, show the HF side under Megatron names (bit-exact mapping); also the
+    names, on either side, that the mapping does not cover (a vision tower), which are not
+    compared."""
     if _is_megatron(a) == _is_megatron(b):
-        return a, b, False
-    from mtpcheck.mapping import MappingError, as_megatron, mapped_families  # numpy: only here
+        return a, b, False, ()
+    from mtpcheck.mapping import (  # numpy: only here
+        MappingError,
+        as_megatron,
+        build_plan,
+        mapped_families,
+    )
 
     hf, megatron = (b, a) if _is_megatron(a) else (a, b)
     try:
@@ -87,7 +96,18 @@ def align_formats(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint,
             f"{e}: it cannot be compared with the Megatron checkpoint {megatron.path}; diff it "
             f"with an HF checkpoint instead (families with a mapping: {mapped_families()})",
         ) from e
-    return (view, b, True) if hf is a else (a, view, True)
+    outside = (*view.plan.unmapped, *build_plan(hf.config, megatron.tensors, "megatron").unmapped)
+    return ((view, b) if hf is a else (a, view)) + (True, outside)
+
+
+def _outside_finding(outside: Sequence[str]) -> Finding:
+    few = ", ".join(outside[:3]) + (", ..." if len(outside) > 3 else "")
+    return Finding(
+        "outside the mapping",
+        Status.SKIP,
+        f"{len(outside)} tensor(s) no HF <-> Megatron rule covers, not compared ({few})",
+        {"names": list(outside)},
+    )
 
 
 def diff_report(
@@ -102,11 +122,11 @@ def diff_report(
     ``compare`` compares ``(a_name, b_name)`` pairs in order (the tensor matcher, or its
     sharded form under torchrun: ``mtpcheck.pipeline.distributed``).
     """
-    a, b, crossed = align_formats(a, b)
+    a, b, crossed, outside = align_formats(a, b)
     analysis_a = analyse(a.config, a.tensors, a.config_path)
     analysis_b = analyse(b.config, b.tensors, b.config_path)
     if all_tensors:
-        names = set(a.tensors) | set(b.tensors)
+        names = (set(a.tensors) | set(b.tensors)) - set(outside)
         scope = "all tensors"
     else:
         names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
@@ -149,10 +169,11 @@ def diff_report(
         config = config_check(
             a.config, b.config, a.config_path is not None, b.config_path is not None
         )
+    unmapped = (_outside_finding(outside),) if outside and all_tensors else ()
     checks = (
         integrity_check([("A", a), ("B", b)]),
         config,
-        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *failing, *notes)),
+        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *unmapped, *failing, *notes)),
     )
     return Report(
         command="diff",

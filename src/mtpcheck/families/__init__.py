@@ -14,8 +14,10 @@ from mtpcheck.families.layout import (
     MtpAnalysis,
     analyse,
     declared_count,
+    depth_span,
     detect_family,
     fill_template,
+    hidden_layer_count,
     summarise,
 )
 
@@ -33,6 +35,8 @@ __all__ = [
     "SharedCopy",
     "analyse",
     "declared_count",
+    "depth_span",
+    "hidden_layer_count",
     "detect_family",
     "fill_template",
     "summarise",

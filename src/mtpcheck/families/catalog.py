@@ -7,6 +7,8 @@ sources.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mtpcheck.families.catalog_2026 import FAMILIES_2026
 from mtpcheck.families.interface import (
     MEASURABLE,
@@ -327,7 +329,25 @@ MEGATRON = MtpFamily(
 )
 """Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""
 
-FAMILIES = (*FAMILIES, *FAMILIES_2026, MEGATRON)
+HYBRID_MTP_PATTERN = "mtp_hybrid_override_pattern"
+"""Megatron config key of a hybrid (Mamba) model's MTP block pattern, one character a layer."""
+MEGATRON_HYBRID = replace(
+    MEGATRON,
+    key="megatron_hybrid",
+    display="Megatron-Core hybrid (Mamba)",
+    model_types=(),
+    layer_prefix="mtp.layers.{d}.transformer_layer.layers.{t}.",
+    specific=tuple(t.replace("{i}", "{d}") for t in MEGATRON.specific),
+    projection="mtp.layers.{d}.eh_proj.weight",
+    flat_layers_keys=((HYBRID_MTP_PATTERN, "hybrid_layer_pattern"),),
+    notes="megatron-core's hybrid stack (Nemotron-H): each MTP depth is a small stack of "
+    "layers (the MTP pattern), each mirroring a main layer of its kind; "
+    "hybrid_layer_pattern is the main pattern, then '/', then the MTP pattern",
+)
+"""Megatron checkpoints of megatron-core's hybrid model (``mtp_hybrid_override_pattern`` in
+their config), whose MTP block nests ``layers.{t}`` (Megatron-Bridge 0.6 ``nemotron_h``)."""
+
+FAMILIES = (*FAMILIES, *FAMILIES_2026, MEGATRON, MEGATRON_HYBRID)
 
 FAMILY_BY_NAME: dict[str, MtpFamily] = {f.key: f for f in FAMILIES}
 FAMILY_BY_MODEL_TYPE: dict[str, MtpFamily] = {t: f for f in FAMILIES for t in f.model_types}

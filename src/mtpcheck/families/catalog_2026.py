@@ -47,6 +47,8 @@ def _qwen_style(
     mapped: bool = False,
     gdn_split: bool = False,
     writer: MegatronWriter | None = None,
+    shared_expert_style: str = "shared_expert",
+    hf_aliases: tuple[tuple[str, str], ...] = (),
 ) -> MtpFamily:
     """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
     cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``;
@@ -78,7 +80,8 @@ def _qwen_style(
         main_norm=f"{root}norm.weight",
         megatron_wrapper=_QWEN_WRAPPER if mapped else None,
         gated_attention=gated_attention,
-        shared_expert_style="shared_expert",
+        shared_expert_style=shared_expert_style,
+        hf_aliases=hf_aliases,
         gdn_split=gdn_split,
         writer=writer,
         accept=accept,
@@ -110,10 +113,13 @@ def _appended(
     accept: AcceptSupport = NOT_MEASURABLE,
     engine_zeroes_position0: bool = False,
     notes: str = "",
+    mapped: bool = False,
+    hf_aliases: tuple[tuple[str, str], ...] = (),
 ) -> MtpFamily:
     """DeepSeek-style families: MTP layer ``i`` appended as decoder layer
     ``num_hidden_layers + i`` under ``root``, with enorm/hnorm/eh_proj and the ``tail``
-    tensors of its own around a block that mirrors a main layer."""
+    tensors of its own around a block that mirrors a main layer; ``mapped``: with the
+    HF <-> Megatron mapping whose final_layernorm is the first ``tail`` tensor."""
     prefix = root + "layers.{n}."
     return MtpFamily(
         key=key,
@@ -131,6 +137,8 @@ def _appended(
         main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
         block_lacks=block_lacks,
+        megatron_wrapper=_under(prefix, (*_EH, tail[0])) if mapped else None,
+        hf_aliases=hf_aliases,
         accept=accept,
         engine_zeroes_position0=engine_zeroes_position0,
         notes=notes,
@@ -182,6 +190,8 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
         root="model.language_model.",
         accept=MEASURABLE,
+        mapped=True,
+        gdn_split=True,
         notes="MTP block is a full-attention layer; MoE releases pack experts in one of main "
         "and MTP and not the other, either way round",
     ),
@@ -213,6 +223,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         root="model.",
         count_keys=_NEXTN,
         gated_attention=False,
+        mapped=True,
+        shared_expert_style="shared_experts",
+        # Megatron-Bridge 0.6 exaone_moe_bridge.py: the bias sits beside the gate
+        hf_aliases=(("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"),),
     ),
     # transformers models/exaone4_5 (text model exaone4, post-norm layers);
     # vLLM exaone4_5_mtp.py reads the count from the top-level config, default 1.
@@ -333,6 +347,14 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         ("HYV3ForCausalLM",),
         root="model.",
         tail=("final_layernorm.weight",),
+        mapped=True,
+        # Megatron-Bridge 0.6 hy_v3_bridge.py: router.gate -> router, shared_mlp ->
+        # shared_experts, expert_bias -> router.expert_bias
+        hf_aliases=(
+            ("mlp.gate.e_score_correction_bias", "mlp.expert_bias"),
+            ("mlp.gate.", "mlp.router.gate."),
+            ("mlp.shared_experts.", "mlp.shared_mlp."),
+        ),
     ),
     # transformers models/hy_v4 (ignores r"model\.mtp_layers\..*"); vLLM hy_v4 mtp.py. The MTP
     # block carries no hyper-connection (hc_pre.*) weights.
@@ -491,6 +513,14 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         main_shared=("backbone.embeddings.weight", "lm_head.weight"),
         main_layer_prefix="backbone.layers.{k}.",
+        main_norm="backbone.norm_f.weight",
+        megatron_wrapper=(
+            "mtp.layers.{first}.enorm.weight",
+            "mtp.layers.{first}.hnorm.weight",
+            "mtp.layers.{first}.eh_proj.weight",
+            "mtp.layers.{last}.final_layernorm.weight",
+        ),
+        hybrid_layers=True,
         flat_layers_keys=(
             ("mtp_hybrid_override_pattern", "hybrid_override_pattern"),
             ("mtp_layers_block_type", "layers_block_type"),

@@ -152,6 +152,14 @@ class MtpFamily:
     shared_expert_style: str = "shared_experts"
     """HF name of the MoE shared expert block: ``shared_experts`` or Qwen's gated
     ``shared_expert``."""
+    hybrid_layers: bool = False
+    """Layers of a hybrid (Mamba) stack, each a ``norm`` and a ``mixer`` of one kind, mapped by
+    the hybrid rules; MTP depth ``i`` is then megatron-core's ``mtp.layers.{i}`` holding one
+    nested ``layers.{t}`` per flat HF layer (Nemotron-H)."""
+    hf_aliases: tuple[tuple[str, str], ...] = ()
+    """(canonical, family's own) name prefixes within a decoder layer, where the family's HF
+    names differ from the DeepSeek / Qwen names the HF <-> Megatron rules are written in
+    (HY-V3's ``mlp.router.gate.weight`` for ``mlp.gate.weight``); the first match applies."""
     gdn_split: bool = False
     """HF stores the gated delta net's input projection as four tensors, ``in_proj_qkv`` /
     ``in_proj_z`` / ``in_proj_b`` / ``in_proj_a`` (Qwen3.5), not Qwen3-Next's two

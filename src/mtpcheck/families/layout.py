@@ -12,7 +12,14 @@ from operator import itemgetter
 from typing import Any
 
 from mtpcheck.errors import ConfigError
-from mtpcheck.families.catalog import FAMILIES, FAMILY_BY_MODEL_TYPE, GENERIC_COUNT_KEYS
+from mtpcheck.families.catalog import (
+    FAMILIES,
+    FAMILY_BY_MODEL_TYPE,
+    GENERIC_COUNT_KEYS,
+    HYBRID_MTP_PATTERN,
+    MEGATRON,
+    MEGATRON_HYBRID,
+)
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
 from mtpcheck.families.quantized_parts import lacking, own_parts_lacking
 from mtpcheck.model import (
@@ -90,7 +97,10 @@ def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:
     """Pick a family by ``model_type``, then by ``architectures``; None when unknown."""
     model_type = config.get("model_type")
     if isinstance(model_type, str) and model_type in FAMILY_BY_MODEL_TYPE:
-        return FAMILY_BY_MODEL_TYPE[model_type]
+        family = FAMILY_BY_MODEL_TYPE[model_type]
+        if family is MEGATRON and isinstance(config.get(HYBRID_MTP_PATTERN), str):
+            return MEGATRON_HYBRID
+        return family
     archs = config.get("architectures")
     if isinstance(archs, list):
         for family in FAMILIES:
@@ -153,7 +163,7 @@ def _hidden_layers(
 @functools.lru_cache(maxsize=256)
 def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
     body = re.escape(template)
-    for name in ("i", "n", "first", "last"):
+    for name in ("i", "n", "first", "last", "d", "t"):
         body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
 
@@ -239,11 +249,16 @@ def fill_template(template: str, i: int, base: int, span: int = 1) -> str:
     """``template`` for MTP depth ``i`` of a checkpoint with ``base`` main layers: ``{i}`` the
     depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number
     ``base + i``, ``{first}`` / ``{last}`` the first and last flat layer of a depth spanning
-    ``span`` flat layers."""
+    ``span`` flat layers; ``{d}`` the depth and ``{t}`` the position within it, where a
+    depth's flat layers nest under it (Megatron's hybrid MTP: with ``{t}``, ``i`` is the flat
+    index)."""
+    if "{t}" in template:  # a nested layer prefix: ``i`` is the flat index
+        template = template.replace("{d}", str(i // span)).replace("{t}", str(i % span))
     return (
         template.replace("{first}", str(i * span))
         .replace("{last}", str(i * span + span - 1))
         .replace("{i}", str(i))
+        .replace("{d}", str(i))
         .replace("{n}", str(base + i))
     )
 
@@ -258,6 +273,21 @@ def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], 
                 main = lookup(config, root + main_key)
                 return list(mtp), list(main) if isinstance(main, str | list) else []
     return [], []
+
+
+def hidden_layer_count(family: MtpFamily, config: Mapping[str, Any]) -> int | None:
+    """The main decoder layers: the family's count key, else the length of its main layers'
+    pattern (Nemotron-H's ``layers_block_type``; a hybrid Megatron pattern ends at ``/``)."""
+    found = _count_at(config, family.hidden_layers_key, None)
+    if found:
+        return found[0]
+    main = _patterns(family, config)[1]
+    return main.index("/") if "/" in main else (len(main) or None)
+
+
+def depth_span(family: MtpFamily, config: Mapping[str, Any]) -> int:
+    """Flat layers one MTP depth spans (1 unless the family's MTP pattern says more)."""
+    return max(1, len(_patterns(family, config)[0]))
 
 
 def _first_specific_layer(
@@ -367,6 +397,8 @@ def analyse(
     def depth(groups: dict[str, str]) -> int:
         if groups.get("n") is not None:
             return int(groups["n"]) - base
+        if groups.get("d") is not None:
+            return int(groups["d"])
         for key in ("i", "first", "last"):
             if groups.get(key) is not None:
                 return int(groups[key]) // span
@@ -398,7 +430,7 @@ def analyse(
     }
 
     def inner_of(i: int, flat: int) -> tuple[str, set[str]]:
-        prefix = fill_template(family.layer_prefix, flat, base)
+        prefix = fill_template(family.layer_prefix, flat, base, span)
         rest = members.get(i, set()) - own[i] - copy_names[i]
         return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
 
@@ -453,7 +485,7 @@ def analyse(
             missing |= own_parts_lacking(mtp_only, present, *reference, tensors)
         if matched:
             references[i] = "*, ".join(matched)
-        first = fill_template(family.layer_prefix, i * span, base)
+        first = fill_template(family.layer_prefix, i * span, base, span)
         layers.append(_layer_report(i, first, present, missing, tensors))
     return MtpAnalysis(
         family=family,

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mtpcheck.errors import InputError
-from mtpcheck.formats.chunked_read import SpanReader, read_tensor_chunks
+from mtpcheck.formats.chunked_read import SpanReader, read_spans, read_tensor_chunks, slice_spans
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
 from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta, TensorTable, files_of
@@ -48,6 +48,15 @@ class HfCheckpoint:
     def byte_spans(self, name: str) -> list[ByteSpan] | None:
         meta = self.tensors[name]
         return [ByteSpan(meta.file, meta.offset, meta.nbytes)] if meta.readable else None
+
+    def read_slice_chunks(
+        self, name: str, start: int, length: int, chunk_bytes: int
+    ) -> Iterator[bytes]:
+        meta = self.tensors[name]
+        if not meta.readable:
+            return read_tensor_chunks(meta, chunk_bytes)  # raises: past the end of the file
+        spans = slice_spans([ByteSpan(meta.file, meta.offset, meta.nbytes)], start, length)
+        return read_spans(spans, chunk_bytes, f"file ended while reading tensor {name!r}")
 
     def span_reader(self) -> SpanReader:
         """Positioned reads at ``tensors[name]``'s file and offset (the tensor matcher's fast

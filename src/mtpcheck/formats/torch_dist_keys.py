@@ -76,12 +76,16 @@ MLA_KV_NORM = FusedNorm(
 ``linear_kv_up_proj`` as ``TELayerNormColumnParallelLinear`` with ``q_layernorm`` /
 ``kv_layernorm`` an identity: the norms the local spec keeps as modules of their own (what
 Megatron-Bridge 0.6 writes for DeepSeek-V3)."""
+MAMBA_IN_PROJ_NORM = FusedNorm("norm.", "mixer.in_proj.layer_norm_")
+"""A Mamba layer of the Transformer Engine hybrid spec fuses its ``norm`` into the mixer's
+``in_proj`` (Nemotron-H as Megatron-Bridge 0.6 writes it)."""
 FUSED_NORMS: tuple[FusedNorm, ...] = (
     QKV_INPUT_NORM,
     FC1_PRE_MLP_NORM,
     IN_PROJ_INPUT_NORM,
     MLA_Q_NORM,
     MLA_KV_NORM,
+    MAMBA_IN_PROJ_NORM,
 )
 """Every fused norm torch_dist keys can hold; the readers undo all of them."""
 LOCAL_SPEC_NORMS: tuple[FusedNorm, ...] = (QKV_INPUT_NORM, FC1_PRE_MLP_NORM)
@@ -115,7 +119,18 @@ SPLIT_MODULES: Mapping[str, tuple[str, ...]] = {
 }
 """Modules whose ``weight`` megatron-core's ``GatedDeltaNet.sharded_state_dict`` stores as one
 key per part (``<module>.weight.<part>``), the parts' rows in this order."""
-ROW_PARTS: Mapping[str, tuple[str, ...]] = {"glu": GLU_HALVES, **SPLIT_MODULES}
+MAMBA_SPLIT_MODULES: Mapping[str, tuple[str, ...]] = {
+    "in_proj": ("z", "x", "B", "C", "dt"),
+    "conv1d": ("x", "B", "C"),
+}
+"""Modules whose ``weight`` (and ``conv1d``'s ``bias``) megatron-core's ``MambaMixer`` stores
+one key per part (``<module>.weight.<part>``: Nemotron-H as Megatron-Bridge 0.6 writes it),
+the parts' rows in this order, which is also the HF ``mixer.in_proj`` / ``conv1d`` order."""
+ROW_PARTS: Mapping[str, tuple[str, ...]] = {
+    "glu": GLU_HALVES,
+    **SPLIT_MODULES,
+    **{f"mamba_{module}": parts for module, parts in MAMBA_SPLIT_MODULES.items()},
+}
 """Every set of row parts that makes one canonical tensor, each in row order."""
 _GLU_HALF_KEYS = frozenset(f"{kind}_{half}" for kind in ("weight", "bias") for half in GLU_HALVES)
 
@@ -154,8 +169,10 @@ def split_row_part(name: str) -> tuple[str, str | None]:
     stem, _, last = name.rpartition(".")
     if stem.endswith("linear_fc1") and last in _GLU_HALF_KEYS:
         return f"{stem}.{last[:-2]}", last[-1]
-    module = stem.removesuffix(".weight").rpartition(".")[2]
-    if stem.endswith(".weight") and last in SPLIT_MODULES.get(module, ()):
+    kind = stem.rpartition(".")[2]
+    module = stem.rpartition(".")[0].rpartition(".")[2]
+    parts = (*SPLIT_MODULES.get(module, ()), *MAMBA_SPLIT_MODULES.get(module, ()))
+    if (kind == "weight" or (kind == "bias" and module == "conv1d")) and last in parts:
         return stem, last
     return name, None
 
@@ -265,6 +282,8 @@ def to_sharded_key(name: str, layout: Layout) -> Placement:
 
 # --- reverse: sharded key -> canonical name (the readers) ------------------------------------
 
+HYBRID_FINAL_NORM = "decoder.final_norm."
+"""The final norm of megatron-core's hybrid (Mamba) stack; GPTModel's ``final_layernorm``."""
 _MTP_SPELLING = re.compile(r"(^|\.)mtp\.layers\.(\d+)\.mtp_model_layer\.")
 _UNFUSED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(rf"\.{re.escape(f.fused)}(weight|bias)$"), rf".{f.norm}\1") for f in FUSED_NORMS
@@ -272,9 +291,12 @@ _UNFUSED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 
 
 def canonical_name(name: str) -> str:
-    """The canonical spelling of one per-layer tensor name: ``transformer_layer`` for
-    ``mtp_model_layer``, and every fused norm of :data:`FUSED_NORMS` unfused."""
+    """The canonical spelling of one tensor name: ``transformer_layer`` for
+    ``mtp_model_layer``, ``final_layernorm`` for the hybrid stack's ``final_norm``, and every
+    fused norm of :data:`FUSED_NORMS` unfused."""
     name = _MTP_SPELLING.sub(r"\1mtp.layers.\2.transformer_layer.", name)
+    if name.startswith(HYBRID_FINAL_NORM):  # megatron-core's hybrid stack
+        name = "decoder.final_layernorm." + name[len(HYBRID_FINAL_NORM) :]
     for pattern, replacement in _UNFUSED:
         name = pattern.sub(replacement, name)
     return name

@@ -18,11 +18,21 @@ from mtpcheck.families import (
     ConcatOrder,
     MtpFamily,
     declared_count,
+    depth_span,
     detect_family,
     fill_template,
+    hidden_layer_count,
 )
 from mtpcheck.families.layout import lookup
-from mtpcheck.mapping.rules import DECODER_RULES, MEGATRON_MTP_WRAPPER, Kind, top_level
+from mtpcheck.mapping.rules import (
+    DECODER_RULES,
+    FUSED_EXPERT_RULES,
+    HYBRID_KIND_MARKERS,
+    HYBRID_RULES,
+    MEGATRON_MTP_WRAPPER,
+    Kind,
+    top_level,
+)
 from mtpcheck.mapping.transforms import Gdn, Qkv
 
 Side = Literal["hf", "megatron"]
@@ -41,6 +51,8 @@ class TensorMapping:
     kind: Kind
     qkv: Qkv | None = None
     gdn: Gdn | None = None
+    expert: int | None = None
+    """The slice of the HF tensor this Megatron tensor is (:attr:`Kind.FUSED_EXPERT`)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Plan:
         return {m.megatron: m for m in self.mappings}
 
     def by_hf(self) -> dict[str, TensorMapping]:
+        """HF name -> its mapping (planned from Megatron names, where each HF tensor has one)."""
         return {h: m for m in self.mappings for h in m.hf}
 
 
@@ -122,13 +135,21 @@ def gdn_layout(config: Mapping[str, Any]) -> Gdn | None:
 
 
 def _mtp_count(
-    side: Side, family: MtpFamily, names: Collection[str], config: Mapping[str, Any], base: int
+    side: Side,
+    family: MtpFamily,
+    names: Collection[str],
+    config: Mapping[str, Any],
+    base: int,
+    span: int,
 ) -> int:
     """Highest MTP index present on this side, or the declared count, whichever is larger."""
     found: set[int] = set()
     if side == "megatron":
         pattern = re.compile(r"^mtp\.layers\.(\d+)\.")
         found = {int(m.group(1)) for n in names if (m := pattern.match(n))}
+    elif span > 1:  # flat HF layers, ``span`` a depth
+        pattern = re.compile("^" + re.escape(family.layer_prefix).replace(r"\{i\}", r"(\d+)"))
+        found = {int(m.group(1)) // span for n in names if (m := pattern.match(n))}
     else:
         assert family.megatron_wrapper is not None
         for template in (family.layer_prefix, *family.megatron_wrapper):
@@ -146,9 +167,41 @@ def _mtp_count(
 
 
 def _experts(names: Collection[str], prefix: str, side: Side) -> list[int]:
-    middle = r"mlp\.experts\.(\d+)\." if side == "hf" else r"mlp\.experts\.local_experts\.(\d+)\."
+    middle = (
+        r"(?:mlp|mixer)\.experts\.(\d+)\."
+        if side == "hf"
+        else r"mlp\.experts\.local_experts\.(\d+)\."
+    )
     pattern = re.compile("^" + re.escape(prefix) + middle)
     return sorted({int(m.group(1)) for n in names if (m := pattern.match(n))})
+
+
+def _fused_experts(
+    hf_prefix: str, meg_prefix: str, names: Collection[str], experts: int | None
+) -> list[TensorMapping]:
+    """Per-expert mappings of an HF layer that stores its routed experts fused."""
+    out = []
+    for fused, megatron in FUSED_EXPERT_RULES:
+        hf = hf_prefix + fused
+        if hf not in names:
+            continue
+        if not experts:
+            raise MappingError(f"{hf}: config lacks num_experts to split the fused experts by")
+        out += [
+            TensorMapping(
+                meg_prefix + megatron.replace("{e}", str(e)), (hf,), Kind.FUSED_EXPERT, expert=e
+            )
+            for e in range(experts)
+        ]
+    return out
+
+
+def _family_name(family: MtpFamily, relative: str) -> str:
+    """A rule's HF name (relative to its layer) as the family spells it."""
+    for canonical, own in family.hf_aliases:
+        if relative.startswith(canonical):
+            return own + relative[len(canonical) :]
+    return relative
 
 
 def _layer(
@@ -159,8 +212,9 @@ def _layer(
     qkv: Qkv,
     family: MtpFamily,
     gdn: Gdn | None = None,
+    fused_experts: int | None = None,
 ) -> list[TensorMapping]:
-    out = []
+    out = _fused_experts(hf_prefix, meg_prefix, names, fused_experts) if side == "hf" else []
     experts = _experts(names, hf_prefix if side == "hf" else meg_prefix, side)
     mla_marker = (
         hf_prefix + "self_attn.kv_a_proj_with_mqa.weight"
@@ -172,8 +226,15 @@ def _layer(
         family.shared_expert_style,
         "gdn_split" if family.gdn_split else "gdn_fused",
     }
+    if family.hybrid_layers:
+        marker = 1 if side == "hf" else 2
+        traits = {
+            k[0]
+            for k in HYBRID_KIND_MARKERS
+            if (hf_prefix, meg_prefix)[marker - 1] + k[marker] in names
+        }
     gdn_kinds = (Kind.GDN_IN_PROJ, Kind.GDN_SPLIT_IN_PROJ)
-    for rule in DECODER_RULES:
+    for rule in HYBRID_RULES if family.hybrid_layers else DECODER_RULES:
         if rule.when and rule.when not in traits:
             continue
         indices = experts if "{e}" in rule.megatron else [None]
@@ -182,10 +243,10 @@ def _layer(
             def sub(s: str, e: int | None = e) -> str:
                 return s if e is None else s.replace("{e}", str(e))
 
-            hf = tuple(hf_prefix + sub(s) for s in rule.hf)
+            hf = tuple(hf_prefix + _family_name(family, sub(s)) for s in rule.hf)
             meg = meg_prefix + sub(rule.megatron)
             if side == "hf":
-                needed = (*hf, *(hf_prefix + r for r in rule.requires))
+                needed = (*hf, *(hf_prefix + _family_name(family, r) for r in rule.requires))
                 if not all(n in names for n in needed):
                     continue
             elif meg not in names:
@@ -208,28 +269,31 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
     """Plan the correspondence for a checkpoint holding ``names`` on ``side``."""
     family = mappable_family(hf_config)
     assert family.megatron_wrapper is not None
-    base = _int(hf_config, "num_hidden_layers")
+    base = hidden_layer_count(family, hf_config)
     if base is None:
         raise MappingError("config lacks num_hidden_layers")
     qkv = qkv_layout(family, hf_config)
     gdn = gdn_layout(hf_config)
-    mtp = _mtp_count(side, family, names, hf_config, base)
+    experts = _int(hf_config, "num_experts", "n_routed_experts")
+    span = depth_span(family, hf_config) if family.hybrid_layers else 1
+    mtp = _mtp_count(side, family, names, hf_config, base, span)
 
     mappings: list[TensorMapping] = []
     for k in range(base):
         hf_layer = family.main_layer_prefix.replace("{k}", str(k))
         meg_layer = f"decoder.layers.{k}."
-        mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn)
+        mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn, experts)
     for i in range(mtp):
-        inner_hf = fill_template(family.layer_prefix, i, base)
-        inner_meg = f"mtp.layers.{i}.transformer_layer."
-        mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn)
+        for t in range(span):
+            inner_hf = fill_template(family.layer_prefix, i * span + t, base)
+            inner_meg = f"mtp.layers.{i}.transformer_layer." + (f"layers.{t}." if span > 1 else "")
+            mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn, experts)
         for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
             if "{" not in template and i > 0:
                 continue
             swap = rel == "eh_proj.weight" and family.concat_order is ConcatOrder.HIDDEN_FIRST
             kind = Kind.SWAP_HALVES if swap else Kind.COPY
-            hf_name = fill_template(template, i, base)
+            hf_name = fill_template(template, i, base, span)
             meg_name = f"mtp.layers.{i}.{rel}"
             if (hf_name if side == "hf" else meg_name) in names:
                 mappings.append(TensorMapping(meg_name, (hf_name,), kind))

@@ -34,6 +34,11 @@ class Kind(str, enum.Enum):
     """Gated delta net: HF ``in_proj_qkv`` (flat ``[q; k; v]``), ``in_proj_z``, ``in_proj_b``
     and ``in_proj_a`` stacked by rows into megatron-core's fused ``in_proj``, which is
     ``[q; k; v; z; beta; alpha]`` head-major (Qwen3.5; row counts from the config)."""
+    FUSED_EXPERT = "fused_expert"
+    """One expert of an HF tensor that stacks every routed expert (transformers 5's
+    ``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, rows ``[gate; up]`` per expert, and
+    ``mlp.experts.down_proj`` ``[E, H, I]``): the Megatron tensor is slice ``e``, a
+    contiguous byte range. HF side only: from Megatron, experts are mapped one by one."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,67 @@ DECODER_RULES: tuple[LayerRule, ...] = (
     ),
     _R(("mlp.shared_expert_gate.weight",), "mlp.shared_experts.gate_weight", when="shared_expert"),
 )
+
+_M = "mixer."
+HYBRID_RULES: tuple[LayerRule, ...] = (
+    # Mamba layers: megatron-core's MambaLayer keeps the HF names under ``mixer.``
+    _R(("norm.weight",), "norm.weight", when="mamba"),
+    *(
+        _R((_M + name,), _M + name, when="mamba")
+        for name in (
+            "in_proj.weight",
+            "conv1d.weight",
+            "conv1d.bias",
+            "A_log",
+            "D",
+            "dt_bias",
+            "norm.weight",
+            "out_proj.weight",
+        )
+    ),
+    # attention layers
+    _R(("norm.weight",), "input_layernorm.weight", when="attention"),
+    _R(
+        (_M + "q_proj.weight", _M + "k_proj.weight", _M + "v_proj.weight"),
+        "self_attention.linear_qkv.weight",
+        _QKV,
+        when="attention",
+    ),
+    _R((_M + "o_proj.weight",), "self_attention.linear_proj.weight", when="attention"),
+    # mixture of non-gated (squared-ReLU) experts
+    _R(("norm.weight",), "pre_mlp_layernorm.weight", when="moe"),
+    _R((_M + "gate.weight",), "mlp.router.weight", when="moe"),
+    _R((_M + "gate.e_score_correction_bias",), "mlp.router.expert_bias", when="moe"),
+    _R((_M + "experts.{e}.up_proj.weight",), "mlp.experts.local_experts.{e}.linear_fc1.weight"),
+    _R((_M + "experts.{e}.down_proj.weight",), "mlp.experts.local_experts.{e}.linear_fc2.weight"),
+    _R((_M + "shared_experts.up_proj.weight",), "mlp.shared_experts.linear_fc1.weight", when="moe"),
+    _R(
+        (_M + "shared_experts.down_proj.weight",),
+        "mlp.shared_experts.linear_fc2.weight",
+        when="moe",
+    ),
+    # dense non-gated MLP layers
+    _R(("norm.weight",), "pre_mlp_layernorm.weight", when="mlp"),
+    _R((_M + "up_proj.weight",), "mlp.linear_fc1.weight", when="mlp"),
+    _R((_M + "down_proj.weight",), "mlp.linear_fc2.weight", when="mlp"),
+)
+"""Nemotron-H's layers (HF ``backbone.layers.{k}.``: one ``norm`` and one ``mixer``, of the
+kind the hybrid pattern gives) and megatron-core's hybrid stack, as Megatron-Bridge 0.6's
+``nemotron_h_bridge.py`` maps them. ``when`` is the layer's kind, told by its tensors
+(:data:`HYBRID_KIND_MARKERS`)."""
+HYBRID_KIND_MARKERS: tuple[tuple[str, str, str], ...] = (
+    ("mamba", _M + "in_proj.weight", _M + "in_proj.weight"),
+    ("attention", _M + "q_proj.weight", "self_attention.linear_qkv.weight"),
+    ("moe", _M + "gate.weight", "mlp.router.weight"),
+    ("mlp", _M + "up_proj.weight", "mlp.linear_fc1.weight"),
+)
+"""(kind, HF tensor, Megatron tensor) whose presence in a hybrid layer tells its kind."""
+
+FUSED_EXPERT_RULES: tuple[tuple[str, str], ...] = (
+    ("mlp.experts.gate_up_proj", "mlp.experts.local_experts.{e}.linear_fc1.weight"),
+    ("mlp.experts.down_proj", "mlp.experts.local_experts.{e}.linear_fc2.weight"),
+)
+"""(HF fused experts, Megatron per-expert name) of :attr:`Kind.FUSED_EXPERT`."""
 
 TOP_LEVEL_MEGATRON = (
     "embedding.word_embeddings.weight",

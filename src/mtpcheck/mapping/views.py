@@ -20,7 +20,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
-from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta
+from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, ReadsSlices, TensorMeta
 from mtpcheck.params import Role, logical_name, packed_modules
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -64,6 +64,10 @@ _ONE_TO_ONE = (Kind.COPY, Kind.SWAP_HALVES, Kind.ZERO_CENTRED)
 def _forward_shape(m: TensorMapping, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     if m.kind in _ONE_TO_ONE:
         return shapes[0]
+    if m.kind is Kind.FUSED_EXPERT:
+        if len(shapes[0]) != 3 or m.expert is None or m.expert >= shapes[0][0]:
+            raise MappingError(f"{m.hf[0]}: shape {list(shapes[0])} holds no expert {m.expert}")
+        return shapes[0][1:]
     tails = {s[1:] for s in shapes}
     if len(tails) != 1:
         raise MappingError(f"{m.megatron}: source shapes {shapes} cannot be stacked by rows")
@@ -167,6 +171,8 @@ class MappedCheckpoint:
             if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):  # parts' bytes in turn
                 parts_bytes = (c for h in m.hf for c in self.source.read_chunks(h, chunk_bytes))
                 return rechunk(parts_bytes, chunk_bytes)
+            if m.kind is Kind.FUSED_EXPERT:
+                return self._expert_bytes(m, self.tensors[name].nbytes, chunk_bytes)
             parts = [load_array(self.source, h) for h in m.hf]
             dtype = self.source.tensors[m.hf[0]].dtype
             return _yield_bytes(forward(m, parts, dtype), chunk_bytes)
@@ -179,6 +185,28 @@ class MappedCheckpoint:
         dtype = self.source.tensors[m.megatron].dtype
         pieces = backward(m, load_array(self.source, m.megatron), dtype)
         return _yield_bytes(pieces[m.hf.index(name)], chunk_bytes)
+
+    def _expert_bytes(self, m: TensorMapping, nbytes: int, chunk_bytes: int) -> Iterator[bytes]:
+        """Expert ``m.expert``'s contiguous bytes of the fused HF tensor: a positioned read
+        where the source offers one, else its stream with the other experts skipped."""
+        assert m.expert is not None
+        start = m.expert * nbytes
+        if isinstance(self.source, ReadsSlices):
+            return self.source.read_slice_chunks(m.hf[0], start, nbytes, chunk_bytes)
+        stream = self.source.read_chunks(m.hf[0], chunk_bytes)
+        return rechunk(_skip(stream, start, nbytes), chunk_bytes)
+
+
+def _skip(chunks: Iterator[bytes], start: int, length: int) -> Iterator[bytes]:
+    """Bytes ``start .. start + length`` of a stream."""
+    pos = 0
+    for chunk in chunks:
+        end = pos + len(chunk)
+        if end > start and pos < start + length:
+            yield bytes(chunk[max(0, start - pos) : min(len(chunk), start + length - pos)])
+        if end >= start + length:
+            return
+        pos = end
 
 
 def _readable(metas: list[TensorMeta]) -> bool:
@@ -194,13 +222,16 @@ def as_megatron(hf: Checkpoint) -> MappedCheckpoint:
         metas = [hf.tensors[h] for h in m.hf]
         dtype = _same_dtype(metas, m.megatron)
         shape = _forward_shape(m, [meta.shape for meta in metas])
+        nbytes = sum(meta.nbytes for meta in metas)
+        if m.kind is Kind.FUSED_EXPERT:
+            nbytes //= metas[0].shape[0]
         tensors[m.megatron] = TensorMeta(
             name=m.megatron,
             dtype=dtype,
             shape=shape,
             file=metas[0].file,
             offset=0,
-            nbytes=sum(meta.nbytes for meta in metas),
+            nbytes=nbytes,
             readable=_readable(metas),
         )
         sources[m.megatron] = " + ".join(m.hf)
