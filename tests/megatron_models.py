@@ -77,9 +77,11 @@ def build_gpt_model(
     hf_config: Mapping[str, Any],
     family_key: str,
     seed: int,
+    fill: bool = True,
     **config_overrides: Any,
 ) -> GPTModel:
-    """A tiny CPU ``GPTModel`` (local spec, MTP block) of ``family_key``, filled from ``seed``.
+    """A tiny CPU ``GPTModel`` (local spec, MTP block) of ``family_key``, filled from ``seed``
+    (``fill=False``: as megatron-core's own initialisation left it, seeded by ``seed``).
 
     Needs an initialised process group and model-parallel state (TP = PP = 1).
     """
@@ -106,7 +108,8 @@ def build_gpt_model(
             mtp_block_spec=mtp_spec,
             **megatron_config.gpt_model_kwargs(hf_config, family_key),
         )
-    _fill_from_seed(model, seed)
+    if fill:
+        _fill_from_seed(model, seed)
     return model
 
 

@@ -15,7 +15,15 @@ import pytest
 from mtpcheck.report.json_ import SCHEMA_VERSION
 from tests.conftest import FAMILY_FIXTURES, FIXTURES
 
-INSPECT_CHECKS = ["integrity", "family", "mtp-count", "mtp-layers", "mtp-shapes", "shared-copies"]
+INSPECT_CHECKS = [
+    "integrity",
+    "family",
+    "mtp-count",
+    "mtp-layers",
+    "mtp-shapes",
+    "shared-copies",
+    "mtp-trained",
+]
 """``inspect``'s checks, in report order."""
 
 

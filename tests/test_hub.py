@@ -117,10 +117,33 @@ def test_fetch_compares_shared_copies_by_range_reads(
         ("pass", "bit-identical to model.embed_tokens.weight (2048 bytes)"),
         ("pass", "bit-identical to lm_head.weight (2048 bytes)"),
     ]
-    beyond = [(f, a, b) for f, a, b in _ranges(online, FIXTURES / "deepseek_v3") if a >= 8]
-    read = sum(b - a + 1 for _, a, b in beyond)
-    headers = sum(_header_end(p) - 8 for p in (FIXTURES / "deepseek_v3").glob("*.safetensors"))
-    assert read == headers + 4 * 2048  # the headers, then just the two pairs of tensors
+    assert _findings(_report(run))["mtp-trained"] == [
+        ("pass", "looks trained (7 norms, 1 block(s) checked)")
+    ]
+    from mtpcheck.formats import open_checkpoint
+
+    local = open_checkpoint(FIXTURES / "deepseek_v3")
+    pairs = ("model.embed_tokens.weight", "lm_head.weight", "model.layers.2.embed_tokens.weight")
+    pairs += ("model.layers.2.shared_head.head.weight",)
+    copies = read = 0
+    for file, first, last in _ranges(online, FIXTURES / "deepseek_v3"):
+        if first < 8:
+            continue
+        header = _header_end(FIXTURES / "deepseek_v3" / file)
+        if last < header:
+            continue  # the header itself
+        owner = next(
+            (n, m)
+            for n, m in local.tensors.items()
+            if Path(m.file).name == file and m.offset <= first and last < m.offset + m.nbytes
+        )
+        read += last - first + 1
+        if owner[0] in pairs:
+            copies += last - first + 1
+        elif not owner[0].startswith("model.layers.2."):  # a main tensor: only its prefix
+            assert last - owner[1].offset < 4096, owner[0]
+    assert copies == 4 * 2048  # the two pairs of tensors, each read once
+    assert read > copies  # mtp-trained read the MTP layer and main-layer prefixes too
 
 
 def test_a_damaged_copy_is_found_by_range_reads(

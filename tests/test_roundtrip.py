@@ -49,6 +49,7 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
         "source-mtp-layers": "pass",
         "source-mtp-shapes": "pass",
         "source-shared-copies": "skip" if family == "mimo" else "pass",  # mimo stores no copies
+        "source-mtp-trained": "pass",
         "source-main-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "pass",

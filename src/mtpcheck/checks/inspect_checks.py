@@ -8,6 +8,7 @@ from mtpcheck.checks.quant_checks import quantization_check
 from mtpcheck.checks.quant_pairs import quantized_copy
 from mtpcheck.checks.shape_checks import shapes_check
 from mtpcheck.checks.tensor_match import compare
+from mtpcheck.checks.trained_checks import trained_check
 from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
 from mtpcheck.model import (
     Checkpoint,
@@ -240,6 +241,7 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         layers_check(analysis),
         shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),
+        trained_check(ckpt, analysis),
         *((quantization,) if quantization is not None else ()),
     )
     return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)
