@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 from mtpcheck.checks.tensor_match import compare
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.mapping import MappingError, as_hf, as_megatron, build_plan
-from mtpcheck.mapping.transforms import Qkv, qkv_from_megatron, qkv_to_megatron, swap_column_halves
+from mtpcheck.mapping.transforms import (
+    Gdn,
+    Qkv,
+    head_grouped_from_megatron,
+    head_grouped_pieces,
+    head_grouped_to_megatron,
+    qkv_from_megatron,
+    qkv_to_megatron,
+    swap_column_halves,
+)
 from mtpcheck.mapping.views import load_array
 from mtpcheck.model import TensorStatus
 from tests.conftest import FIXTURES
@@ -25,11 +34,14 @@ MAPPED = ("deepseek_v3", "glm4_moe", "mimo", "qwen3_next", "qwen3_5_text")
     head_dim=st.integers(1, 6),
     width=st.integers(0, 5),
     gated=st.booleans(),
+    per_head=st.booleans(),
     seed=st.integers(0, 2**31),
 )
-def test_qkv_round_trip_is_exact(groups, heads_per_group, head_dim, width, gated, seed) -> None:
+def test_qkv_round_trip_is_exact(
+    groups, heads_per_group, head_dim, width, gated, per_head, seed
+) -> None:
     rng = np.random.default_rng(seed)
-    q = Qkv(groups * heads_per_group, groups, head_dim, gated)
+    q = Qkv(groups * heads_per_group, groups, head_dim, gated, gate_per_head=per_head)
     tail = (width,) if width else ()
     wq = rng.integers(0, 2**16, (q.num_heads * head_dim * (2 if gated else 1), *tail), np.uint16)
     wk = rng.integers(0, 2**16, (groups * head_dim, *tail), np.uint16)
@@ -51,6 +63,39 @@ def test_qkv_layout_is_megatron_grouped_order() -> None:
         gated, np.array([10, 11, 20, 21], np.uint8), np.array([5]), np.array([6])
     )
     assert merged.tolist() == [10, 20, 11, 21, 5, 6]
+    # mcore-bridge's GatedSelfAttention keeps each head's [q, gate] together
+    swift = Qkv(num_heads=2, num_groups=1, head_dim=1, gated=True, gate_per_head=True)
+    merged = qkv_to_megatron(
+        swift, np.array([10, 11, 20, 21], np.uint8), np.array([5]), np.array([6])
+    )
+    assert merged.tolist() == [10, 11, 20, 21, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "hf", [("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"),
+           tuple(f"linear_attn.in_proj_{p}.weight" for p in ("qkv", "z", "b", "a")),
+           ("linear_attn.conv1d.weight",)],
+)  # fmt: skip
+def test_head_grouped_gated_delta_net_layout(hf: tuple[str, ...]) -> None:
+    """mcore-bridge's gated delta net: each HF tensor's flat pieces, regrouped key head by key
+    head; exactly invertible. Row labels show the order for 2 key heads."""
+    g = Gdn(key_heads=2, key_dim=1, value_heads=4, value_dim=1)
+    pieces = head_grouped_pieces(g, hf)
+    parts, label = [], 0
+    for sizes in pieces:
+        rows = np.arange(label, label + sum(sizes), dtype=np.uint16)
+        parts.append(rows)
+        label += sum(sizes)
+    merged = head_grouped_to_megatron(g, pieces, parts)
+    back = head_grouped_from_megatron(g, pieces, merged)
+    assert all(np.array_equal(a, b) for a, b in zip(back, parts, strict=True))
+    flat = [
+        p
+        for part, sizes in zip(parts, pieces, strict=True)
+        for p in np.split(part, np.cumsum(sizes)[:-1])
+    ]
+    expected = [int(x) for h in range(2) for p in flat for x in p.reshape(2, -1)[h]]
+    assert merged.tolist() == expected
 
 
 def test_swap_halves_is_an_involution() -> None:

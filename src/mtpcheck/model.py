@@ -290,6 +290,19 @@ class CheckResult:
         return Status.SKIP
 
 
+class MegatronLayout(str, enum.Enum):
+    """Whose modules the Megatron checkpoint was saved from, where the tools differ."""
+
+    MEGATRON_CORE = "megatron-core"
+    """megatron-core's own modules: what Megatron-Bridge, Megatron-LM, mbridge and the built-in
+    converter write."""
+    MCORE_BRIDGE = "mcore-bridge"
+    """ModelScope mcore-bridge (ms-swift 4): its own ``GatedDeltaNet`` and
+    ``GatedSelfAttention`` keep HF's key-head grouping, each head's ``[q; gate]`` together
+    and the gated norm as HF stores it (``mcore_bridge/bridge/gpt_bridge.py``
+    ``_set_linear_attn_state``, ``model/modules/gated_self_attention.py``, 1.6.5)."""
+
+
 class TensorStatus(str, enum.Enum):
     """Verdict of the tensor matcher for one tensor name."""
 

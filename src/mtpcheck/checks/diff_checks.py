@@ -15,6 +15,7 @@ from mtpcheck.model import (
     Checkpoint,
     CheckResult,
     Finding,
+    MegatronLayout,
     Naming,
     Report,
     Status,
@@ -73,7 +74,7 @@ def _is_megatron(ckpt: Checkpoint) -> bool:
 
 
 def align_formats(
-    a: Checkpoint, b: Checkpoint
+    a: Checkpoint, b: Checkpoint, layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
 ) -> tuple[Checkpoint, Checkpoint, bool, tuple[str, ...]]:
     """Across formats, show the HF side under Megatron names (bit-exact mapping); also the
     names, on either side, that the mapping does not cover (a vision tower), which are not
@@ -89,14 +90,15 @@ def align_formats(
 
     hf, megatron = (b, a) if _is_megatron(a) else (a, b)
     try:
-        view = as_megatron(hf)
+        view = as_megatron(hf, layout)
     except MappingError as e:
         raise InputError(
             hf.path,
             f"{e}: it cannot be compared with the Megatron checkpoint {megatron.path}; diff it "
             f"with an HF checkpoint instead (families with a mapping: {mapped_families()})",
         ) from e
-    outside = (*view.plan.unmapped, *build_plan(hf.config, megatron.tensors, "megatron").unmapped)
+    planned = build_plan(hf.config, megatron.tensors, "megatron", layout)
+    outside = (*view.plan.unmapped, *planned.unmapped)
     return ((view, b) if hf is a else (a, view)) + (True, outside)
 
 
@@ -116,13 +118,14 @@ def diff_report(
     all_tensors: bool = False,
     compare: Compare = compare_many,
     dequantize: bool = False,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> Report:
     """Build the diff report of ``b`` against ``a``.
 
     ``compare`` compares ``(a_name, b_name)`` pairs in order (the tensor matcher, or its
     sharded form under torchrun: ``mtpcheck.pipeline.distributed``).
     """
-    a, b, crossed, outside = align_formats(a, b)
+    a, b, crossed, outside = align_formats(a, b, layout)
     analysis_a = analyse(a.config, a.tensors, a.config_path)
     analysis_b = analyse(b.config, b.tensors, b.config_path)
     if all_tensors:

@@ -20,6 +20,7 @@ from mtpcheck.model import (
     CheckpointSummary,
     CheckResult,
     Finding,
+    MegatronLayout,
     Status,
     TensorComparison,
     TensorStatus,
@@ -61,10 +62,14 @@ def final_count_check(final: Checkpoint) -> CheckResult:
 
 
 def stage1_checks(
-    source: Checkpoint, megatron: Checkpoint, compare: Compare = compare_many
+    source: Checkpoint,
+    megatron: Checkpoint,
+    compare: Compare = compare_many,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> tuple[tuple[CheckResult, ...], dict[str, TensorComparison], MappedCheckpoint]:
-    """Compare the Megatron output with what a correct conversion of ``source`` holds."""
-    expected = as_megatron(source)
+    """Compare the Megatron output with what a correct conversion of ``source`` holds, laid
+    out as ``layout``'s modules lay it out."""
+    expected = as_megatron(source, layout)
     want = analyse(expected.config, expected.tensors)
     got = analyse(megatron.config, megatron.tensors, megatron.config_path)
     d_want, d_got = want.declared.value, got.declared.value

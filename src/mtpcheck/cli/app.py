@@ -18,9 +18,20 @@ from mtpcheck import __version__
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
-from mtpcheck.model import Report
+from mtpcheck.model import MegatronLayout, Report
 
 FORMATS = ("table", "json")
+
+MEGATRON_LAYOUT = click.option(
+    "--megatron-layout",
+    type=click.Choice([layout.value for layout in MegatronLayout]),
+    default=MegatronLayout.MEGATRON_CORE.value,
+    show_default=True,
+    callback=lambda _ctx, _param, value: MegatronLayout(value),
+    help="Whose modules the Megatron checkpoint is saved from: megatron-core's (Megatron-Bridge, "
+    "Megatron-LM, mbridge, the built-in converter) or mcore-bridge's (ms-swift 4), which lay "
+    "out the gated delta net and gated attention of Qwen3-Next / 3.5 their own way.",
+)
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,16 @@ from pathlib import Path
 
 import click
 
-from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options
+from mtpcheck.cli.app import (
+    MEGATRON_LAYOUT,
+    OutputOptions,
+    cli,
+    execute,
+    make_options,
+    output_options,
+)
 from mtpcheck.errors import ExitCode
-from mtpcheck.model import Report
+from mtpcheck.model import MegatronLayout, Report
 
 FETCH = click.option(
     "--fetch",
@@ -63,6 +70,7 @@ def inspect(
     "side's full-precision values, in quantization steps (FP8, INT8, packed INTn, NVFP4).",
 )
 @FETCH
+@MEGATRON_LAYOUT
 @output_options
 def diff(
     a: str,
@@ -70,6 +78,7 @@ def diff(
     all_tensors: bool,
     dequantize: bool,
     fetch: bool,
+    megatron_layout: MegatronLayout,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -105,7 +114,12 @@ def diff(
         elif isinstance(left, HeadersOnly) or isinstance(right, HeadersOnly):
             compare = proven_first(compare)  # --fetch: hashes first, bytes for the rest
         return diff_report(
-            left, right, all_tensors=all_tensors, compare=compare, dequantize=dequantize
+            left,
+            right,
+            all_tensors=all_tensors,
+            compare=compare,
+            dequantize=dequantize,
+            layout=megatron_layout,
         )
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)

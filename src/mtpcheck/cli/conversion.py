@@ -8,10 +8,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mtpcheck.cli.app import OutputOptions, cli, execute, make_options, output_options, run_action
+from mtpcheck.cli.app import (
+    MEGATRON_LAYOUT,
+    OutputOptions,
+    cli,
+    execute,
+    make_options,
+    output_options,
+    run_action,
+)
 from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.cli.stderr_log import StderrLog
-from mtpcheck.model import Report, total_nbytes
+from mtpcheck.model import MegatronLayout, Report, total_nbytes
 from mtpcheck.units import human_size
 
 if TYPE_CHECKING:
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Round-trip a tiny random checkpoint built from PATH's config.json.",
 )
+@MEGATRON_LAYOUT
 @output_options
 def roundtrip(
     path: Path,
@@ -60,6 +69,7 @@ def roundtrip(
     timeout: float | None,
     all_tensors: bool,
     synthetic: bool,
+    megatron_layout: MegatronLayout,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -89,6 +99,7 @@ def roundtrip(
         all_tensors=all_tensors,
         synthetic=synthetic,
         trust_pickle=trust_pickle,
+        megatron_layout=megatron_layout,
     )
 
     def build() -> Report:

@@ -285,6 +285,16 @@ def hidden_layer_count(family: MtpFamily, config: Mapping[str, Any]) -> int | No
     return main.index("/") if "/" in main else (len(main) or None)
 
 
+_NESTED = re.compile(r"^mtp\.layers\.0\.transformer_layer\.layers\.(\d+)\.")
+
+
+def _nested_positions(tensors: Mapping[str, TensorMeta]) -> int:
+    """Layers nested in Megatron's first MTP depth (megatron-core's hybrid MTP block), by
+    name; 0 when the depth is one transformer layer."""
+    found = {int(m.group(1)) for n in tensors if (m := _NESTED.match(n))}
+    return max(found) + 1 if found else 0
+
+
 def depth_span(family: MtpFamily, config: Mapping[str, Any]) -> int:
     """Flat layers one MTP depth spans (1 unless the family's MTP pattern says more)."""
     return max(1, len(_patterns(family, config)[0]))
@@ -377,6 +387,9 @@ def analyse(
 ) -> MtpAnalysis:
     """Find the MTP layers of a checkpoint and what each one lacks."""
     family = detect_family(config)
+    nested = _nested_positions(tensors) if family is MEGATRON else 0
+    if nested:  # a hybrid save whose config does not say so (mcore-bridge's args.json)
+        family = MEGATRON_HYBRID
     declared = declared_count(config, family, config_path)
     hidden = _hidden_layers(
         config, config_path, family.hidden_layers_key if family else "num_hidden_layers"
@@ -392,7 +405,7 @@ def analyse(
     if early is not None and early < base:
         base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
     mtp_kinds, main_kinds = _patterns(family, config)
-    span = max(1, len(mtp_kinds))
+    span = max(1, len(mtp_kinds) or _nested_positions(tensors))
 
     def depth(groups: dict[str, str]) -> int:
         if groups.get("n") is not None:

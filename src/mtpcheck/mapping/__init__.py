@@ -2,10 +2,12 @@
 
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan, mapped_families
 from mtpcheck.mapping.views import MappedCheckpoint, as_hf, as_megatron
+from mtpcheck.model import MegatronLayout
 
 __all__ = [
     "MappedCheckpoint",
     "MappingError",
+    "MegatronLayout",
     "Plan",
     "TensorMapping",
     "as_hf",

@@ -31,6 +31,7 @@ from mtpcheck.mapping.rules import (
     HYBRID_RULES,
     MEGATRON_MTP_WRAPPER,
     Kind,
+    MegatronLayout,
     top_level,
 )
 from mtpcheck.mapping.transforms import Gdn, Qkv
@@ -68,6 +69,7 @@ class Plan:
     """Names on the planned side that no rule covers."""
     mtp_layers: int
     num_layers: int
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
 
     def by_megatron(self) -> dict[str, TensorMapping]:
         return {m.megatron: m for m in self.mappings}
@@ -105,14 +107,19 @@ def _int(config: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def qkv_layout(family: MtpFamily, config: Mapping[str, Any]) -> Qkv:
+def qkv_layout(
+    family: MtpFamily,
+    config: Mapping[str, Any],
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
+) -> Qkv:
     heads = _int(config, "num_attention_heads")
     hidden = _int(config, "hidden_size")
     if heads is None or hidden is None:
         raise MappingError("config lacks num_attention_heads or hidden_size")
     groups = _int(config, "num_key_value_heads") or heads
     head_dim = _int(config, "head_dim") or hidden // heads
-    return Qkv(heads, groups, head_dim, gated=family.gated_attention)
+    per_head = layout is MegatronLayout.MCORE_BRIDGE
+    return Qkv(heads, groups, head_dim, gated=family.gated_attention, gate_per_head=per_head)
 
 
 def gdn_layout(config: Mapping[str, Any]) -> Gdn | None:
@@ -213,6 +220,7 @@ def _layer(
     family: MtpFamily,
     gdn: Gdn | None = None,
     fused_experts: int | None = None,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> list[TensorMapping]:
     out = _fused_experts(hf_prefix, meg_prefix, names, fused_experts) if side == "hf" else []
     experts = _experts(names, hf_prefix if side == "hf" else meg_prefix, side)
@@ -225,6 +233,7 @@ def _layer(
         "mla" if mla_marker in names else "gqa",
         family.shared_expert_style,
         "gdn_split" if family.gdn_split else "gdn_fused",
+        layout.value,
     }
     if family.hybrid_layers:
         marker = 1 if side == "hf" else 2
@@ -233,9 +242,9 @@ def _layer(
             for k in HYBRID_KIND_MARKERS
             if (hf_prefix, meg_prefix)[marker - 1] + k[marker] in names
         }
-    gdn_kinds = (Kind.GDN_IN_PROJ, Kind.GDN_SPLIT_IN_PROJ)
+    gdn_kinds = (Kind.GDN_IN_PROJ, Kind.GDN_SPLIT_IN_PROJ, Kind.GDN_HEAD_GROUPED)
     for rule in HYBRID_RULES if family.hybrid_layers else DECODER_RULES:
-        if rule.when and rule.when not in traits:
+        if rule.when and not set(rule.when.split("+")) <= traits:
             continue
         indices = experts if "{e}" in rule.megatron else [None]
         for e in indices:
@@ -265,14 +274,20 @@ def _layer(
     return out
 
 
-def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side) -> Plan:
-    """Plan the correspondence for a checkpoint holding ``names`` on ``side``."""
+def build_plan(
+    hf_config: Mapping[str, Any],
+    names: Collection[str],
+    side: Side,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
+) -> Plan:
+    """Plan the correspondence for a checkpoint holding ``names`` on ``side``, the Megatron
+    side in ``layout``."""
     family = mappable_family(hf_config)
     assert family.megatron_wrapper is not None
     base = hidden_layer_count(family, hf_config)
     if base is None:
         raise MappingError("config lacks num_hidden_layers")
-    qkv = qkv_layout(family, hf_config)
+    qkv = qkv_layout(family, hf_config, layout)
     gdn = gdn_layout(hf_config)
     experts = _int(hf_config, "num_experts", "n_routed_experts")
     span = depth_span(family, hf_config) if family.hybrid_layers else 1
@@ -282,12 +297,12 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
     for k in range(base):
         hf_layer = family.main_layer_prefix.replace("{k}", str(k))
         meg_layer = f"decoder.layers.{k}."
-        mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn, experts)
+        mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn, experts, layout)
     for i in range(mtp):
         for t in range(span):
             inner_hf = fill_template(family.layer_prefix, i * span + t, base)
             inner_meg = f"mtp.layers.{i}.transformer_layer." + (f"layers.{t}." if span > 1 else "")
-            mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn, experts)
+            mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn, experts, layout)
         for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
             if "{" not in template and i > 0:
                 continue
@@ -313,4 +328,4 @@ def build_plan(hf_config: Mapping[str, Any], names: Collection[str], side: Side)
     if side == "hf":
         covered |= {c for c, _ in copies}
     unmapped = tuple(sorted(n for n in names if n not in covered))
-    return Plan(family, hf_config, tuple(mappings), copies, unmapped, mtp, base)
+    return Plan(family, hf_config, tuple(mappings), copies, unmapped, mtp, base, layout)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from mtpcheck.model import MegatronLayout
+
 
 class Kind(str, enum.Enum):
     """How HF source tensors become one Megatron tensor (every kind is invertible; all but
@@ -34,6 +36,10 @@ class Kind(str, enum.Enum):
     """Gated delta net: HF ``in_proj_qkv`` (flat ``[q; k; v]``), ``in_proj_z``, ``in_proj_b``
     and ``in_proj_a`` stacked by rows into megatron-core's fused ``in_proj``, which is
     ``[q; k; v; z; beta; alpha]`` head-major (Qwen3.5; row counts from the config)."""
+    GDN_HEAD_GROUPED = "gdn_head_grouped"
+    """Gated delta net in mcore-bridge's layout: the HF tensors' flat pieces regrouped key head
+    by key head (``in_proj``: ``[q_h; k_h; v_h; z_h; b_h; a_h]``, ``conv1d``: ``[q_h; k_h;
+    v_h]``; :func:`mtpcheck.mapping.transforms.head_grouped_to_megatron`)."""
     FUSED_EXPERT = "fused_expert"
     """One expert of an HF tensor that stacks every routed expert (transformers 5's
     ``mlp.experts.gate_up_proj`` ``[E, 2I, H]``, rows ``[gate; up]`` per expert, and
@@ -51,15 +57,20 @@ class LayerRule:
     requires: tuple[str, ...] = ()
     """Further HF names (relative) that must exist for the rule to apply."""
     when: str = ""
-    """Only for layers with this trait: ``mla`` / ``gqa`` attention, ``shared_experts`` /
-    ``shared_expert`` naming, ``gdn_fused`` / ``gdn_split`` projections; several HF names
-    share one Megatron name across traits."""
+    """Only for layers with these traits (``+``-joined): ``mla`` / ``gqa`` attention,
+    ``shared_experts`` / ``shared_expert`` naming, ``gdn_fused`` / ``gdn_split`` projections,
+    the :class:`MegatronLayout` (``megatron-core`` / ``mcore-bridge``); several HF names share
+    one Megatron name across traits."""
 
 
 _R = LayerRule
 _QKV = Kind.QKV
 _CAT = Kind.CONCAT_ROWS
 _GDN = "self_attention."
+_CORE = MegatronLayout.MEGATRON_CORE.value
+_SWIFT = MegatronLayout.MCORE_BRIDGE.value
+_QKVZ_BA = ("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight")
+_QKV_Z_B_A = tuple(f"linear_attn.in_proj_{p}.weight" for p in ("qkv", "z", "b", "a"))
 
 DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("input_layernorm.weight",), "input_layernorm.weight"),
@@ -104,28 +115,17 @@ DECODER_RULES: tuple[LayerRule, ...] = (
         "self_attention.core_attention.indexer.linear_weights_proj.weight",
     ),
     # gated delta net (Qwen3-Next linear attention; megatron-core ssm/gated_delta_net.py)
-    _R(
-        ("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"),
-        _GDN + "in_proj.weight",
-        Kind.GDN_IN_PROJ,
-        when="gdn_fused",
-    ),
+    _R(_QKVZ_BA, _GDN + "in_proj.weight", Kind.GDN_IN_PROJ, when="gdn_fused+" + _CORE),
+    _R(_QKVZ_BA, _GDN + "in_proj.weight", Kind.GDN_HEAD_GROUPED, when="gdn_fused+" + _SWIFT),
     # Qwen3.5's four separate projections (Megatron-Bridge 0.6 GDNLinearMappingSeparate)
-    _R(
-        (
-            "linear_attn.in_proj_qkv.weight",
-            "linear_attn.in_proj_z.weight",
-            "linear_attn.in_proj_b.weight",
-            "linear_attn.in_proj_a.weight",
-        ),
-        _GDN + "in_proj.weight",
-        Kind.GDN_SPLIT_IN_PROJ,
-        when="gdn_split",
-    ),
-    _R(("linear_attn.conv1d.weight",), _GDN + "conv1d.weight"),
+    _R(_QKV_Z_B_A, _GDN + "in_proj.weight", Kind.GDN_SPLIT_IN_PROJ, when="gdn_split+" + _CORE),
+    _R(_QKV_Z_B_A, _GDN + "in_proj.weight", Kind.GDN_HEAD_GROUPED, when="gdn_split+" + _SWIFT),
+    _R(("linear_attn.conv1d.weight",), _GDN + "conv1d.weight", when=_CORE),
+    _R(("linear_attn.conv1d.weight",), _GDN + "conv1d.weight", Kind.GDN_HEAD_GROUPED, when=_SWIFT),
     _R(("linear_attn.A_log",), _GDN + "A_log"),
     _R(("linear_attn.dt_bias",), _GDN + "dt_bias"),
-    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight", Kind.ZERO_CENTRED),
+    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight", Kind.ZERO_CENTRED, when=_CORE),
+    _R(("linear_attn.norm.weight",), _GDN + "out_norm.weight", when=_SWIFT),
     _R(("linear_attn.out_proj.weight",), _GDN + "out_proj.weight"),
     # dense SwiGLU MLP
     _R(("mlp.gate_proj.weight", "mlp.up_proj.weight"), "mlp.linear_fc1.weight", _CAT),

@@ -25,6 +25,10 @@ class Qkv:
     head_dim: int
     gated: bool = False
     """Qwen3-Next: HF q_proj holds ``[q; gate]`` per head; Megatron adds gate rows per group."""
+    gate_per_head: bool = False
+    """With ``gated``: Megatron keeps each head's ``[q; gate]`` together, ``[q_h0; gate_h0;
+    q_h1; ...; k_g; v_g]`` per group (mcore-bridge's ``GatedSelfAttention``), not
+    ``[q_g; gate_g; k_g; v_g]`` (megatron-core's)."""
 
 
 def concat_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
@@ -63,7 +67,9 @@ def qkv_to_megatron(q: Qkv, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray) -> n
     heads_per_group = q.num_heads // q.num_groups
     d = q.head_dim
     tail = wq.shape[1:]
-    if q.gated:
+    if q.gated and q.gate_per_head:
+        blocks = [wq.reshape((q.num_groups, heads_per_group * 2 * d, *tail))]
+    elif q.gated:
         both = wq.reshape((q.num_heads, 2, d, *tail))
         query = both[:, 0].reshape((q.num_groups, heads_per_group * d, *tail))
         gate = both[:, 1].reshape((q.num_groups, heads_per_group * d, *tail))
@@ -85,7 +91,9 @@ def qkv_from_megatron(q: Qkv, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     query = grouped[:, :q_rows]
     k = grouped[:, q_rows : q_rows + d].reshape((-1, *tail))
     v = grouped[:, q_rows + d :].reshape((-1, *tail))
-    if q.gated:
+    if q.gated and q.gate_per_head:
+        pass  # each head's [q; gate] is already in HF's order
+    elif q.gated:
         qq = query[:, : heads_per_group * d].reshape((q.num_heads, 1, d, *tail))
         gate = query[:, heads_per_group * d :].reshape((q.num_heads, 1, d, *tail))
         query = np.concatenate([qq, gate], axis=1)
@@ -154,6 +162,55 @@ def gdn_in_proj_from_megatron(g: Gdn, w: np.ndarray) -> tuple[np.ndarray, np.nda
     qkvz = np.concatenate(per_head[:4], axis=1).reshape((-1, *tail))
     ba = np.concatenate(per_head[4:], axis=1).reshape((-1, *tail))
     return qkvz, ba
+
+
+def head_grouped_pieces(g: Gdn, hf: Sequence[str]) -> list[list[int]]:
+    """Row counts of the flat pieces each HF tensor of a gated delta net holds, in order, for
+    the key-head-grouped layout (:func:`head_grouped_to_megatron`): ``in_proj_qkvz`` and
+    ``in_proj_ba`` are grouped already (one piece each), Qwen3.5's ``in_proj_qkv`` and the
+    ``conv1d`` weight are flat ``[q; k; v]`` (three), ``in_proj_z`` / ``_b`` / ``_a`` one each."""
+    k, v = g.key_heads * g.key_dim, g.value_heads * g.value_dim
+    qkvz, ba = g.rows()
+    known = {
+        "in_proj_qkvz.weight": [qkvz],
+        "in_proj_ba.weight": [ba],
+        "in_proj_qkv.weight": [k, k, v],
+        "conv1d.weight": [k, k, v],
+        "in_proj_z.weight": [v],
+        "in_proj_b.weight": [g.value_heads],
+        "in_proj_a.weight": [g.value_heads],
+    }
+    return [known[name.rsplit(".", 2)[-2] + ".weight"] for name in hf]
+
+
+def head_grouped_to_megatron(
+    g: Gdn, pieces: Sequence[Sequence[int]], parts: Sequence[np.ndarray]
+) -> np.ndarray:
+    """HF gated-delta-net tensors -> mcore-bridge's layout: every flat piece cut into its
+    ``key_heads`` groups of rows, then the pieces concatenated key head by key head
+    (``[q_h; k_h; v_h; z_h; b_h; a_h]`` for each head ``h``; ``conv1d``: ``[q_h; k_h; v_h]``)."""
+    flat = [p for part, sizes in zip(parts, pieces, strict=True) for p in split_rows(part, sizes)]
+    tail = parts[0].shape[1:]
+    grouped = [p.reshape((g.key_heads, -1, *tail)) for p in flat]
+    return np.concatenate(grouped, axis=1).reshape((-1, *tail))
+
+
+def head_grouped_from_megatron(
+    g: Gdn, pieces: Sequence[Sequence[int]], whole: np.ndarray
+) -> list[np.ndarray]:
+    """Inverse of :func:`head_grouped_to_megatron`: the HF tensors, in order."""
+    tail = whole.shape[1:]
+    sizes = [size for part in pieces for size in part]
+    if sum(sizes) != whole.shape[0] or any(size % g.key_heads for size in sizes):
+        raise ValueError(f"{whole.shape[0]} rows do not split into {sizes} by key head")
+    per_head = whole.reshape((g.key_heads, -1, *tail))
+    bounds = np.cumsum([0, *(size // g.key_heads for size in sizes)])
+    flat = [per_head[:, bounds[j] : bounds[j + 1]].reshape((-1, *tail)) for j in range(len(sizes))]
+    out, at = [], 0
+    for part in pieces:
+        out.append(np.concatenate(flat[at : at + len(part)], axis=0))
+        at += len(part)
+    return out
 
 
 def add_to_values(bits: np.ndarray, dtype: str, delta: float) -> np.ndarray:

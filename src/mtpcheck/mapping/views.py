@@ -19,7 +19,7 @@ from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
-from mtpcheck.mapping.rules import Kind
+from mtpcheck.mapping.rules import Kind, MegatronLayout
 from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, ReadsSlices, TensorMeta
 from mtpcheck.params import Role, logical_name, packed_modules
 
@@ -78,6 +78,12 @@ def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int
     if m.kind in _ONE_TO_ONE:
         return [shape]
     tail = shape[1:]
+    if m.kind is Kind.GDN_HEAD_GROUPED:
+        assert m.gdn is not None
+        rows = [sum(p) for p in tf.head_grouped_pieces(m.gdn, m.hf)]
+        if shape[0] != sum(rows):
+            raise MappingError(f"{m.megatron}: {shape[0]} rows do not match {m.gdn}")
+        return [(r, *tail) for r in rows]
     if m.kind is Kind.GDN_IN_PROJ:
         assert m.gdn is not None
         qkvz, ba = m.gdn.rows()
@@ -114,6 +120,9 @@ def forward(m: TensorMapping, parts: list[np.ndarray], dtype: str = "") -> np.nd
         return tf.swap_column_halves(parts[0])
     if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):
         return tf.concat_rows(parts)
+    if m.kind is Kind.GDN_HEAD_GROUPED:
+        assert m.gdn is not None
+        return tf.head_grouped_to_megatron(m.gdn, tf.head_grouped_pieces(m.gdn, m.hf), parts)
     if m.kind is Kind.GDN_IN_PROJ:
         assert m.gdn is not None
         return tf.gdn_in_proj_to_megatron(m.gdn, *parts)
@@ -131,6 +140,11 @@ def backward(m: TensorMapping, whole: np.ndarray, dtype: str = "") -> list[np.nd
         return [tf.swap_column_halves(whole)]
     if m.kind in (Kind.CONCAT_ROWS, Kind.GDN_SPLIT_IN_PROJ):
         return tf.split_rows(whole, [s[0] for s in _backward_shapes(m, whole.shape)])
+    if m.kind is Kind.GDN_HEAD_GROUPED:
+        assert m.gdn is not None
+        _backward_shapes(m, whole.shape)  # validates the row count
+        pieces = tf.head_grouped_pieces(m.gdn, m.hf)
+        return tf.head_grouped_from_megatron(m.gdn, pieces, whole)
     if m.kind is Kind.GDN_IN_PROJ:
         assert m.gdn is not None
         _backward_shapes(m, whole.shape)  # validates the row count
@@ -213,9 +227,11 @@ def _readable(metas: list[TensorMeta]) -> bool:
     return all(m.readable for m in metas)
 
 
-def as_megatron(hf: Checkpoint) -> MappedCheckpoint:
-    """Show an HF checkpoint under canonical Megatron names."""
-    plan = build_plan(hf.config, hf.tensors, "hf")
+def as_megatron(
+    hf: Checkpoint, layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
+) -> MappedCheckpoint:
+    """Show an HF checkpoint under canonical Megatron names, as ``layout`` lays it out."""
+    plan = build_plan(hf.config, hf.tensors, "hf", layout)
     tensors: dict[str, TensorMeta] = {}
     sources: dict[str, str] = {}
     for m in plan.mappings:
@@ -269,10 +285,12 @@ def as_hf(
     megatron: Checkpoint,
     hf_config: Mapping[str, Any],
     with_copies: bool | Collection[str] = True,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> MappedCheckpoint:
-    """Show a Megatron checkpoint under the HF names of ``hf_config``'s family, with the MTP
-    copies of embedding and head the family stores (``with_copies``: all, none, or these)."""
-    plan = build_plan(hf_config, megatron.tensors, "megatron")
+    """Show a Megatron checkpoint (saved in ``layout``) under the HF names of ``hf_config``'s
+    family, with the MTP copies of embedding and head the family stores (``with_copies``:
+    all, none, or these)."""
+    plan = build_plan(hf_config, megatron.tensors, "megatron", layout)
     tensors: dict[str, TensorMeta] = {}
     sources: dict[str, str] = {}
     for m in plan.mappings:

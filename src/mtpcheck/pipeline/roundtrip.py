@@ -29,7 +29,15 @@ from mtpcheck.checks.roundtrip_checks import (
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Report, Status, total_nbytes
+from mtpcheck.model import (
+    Checkpoint,
+    CheckResult,
+    Finding,
+    MegatronLayout,
+    Report,
+    Status,
+    total_nbytes,
+)
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
 from mtpcheck.pipeline.main_model import main_model_check
 from mtpcheck.pipeline.memory import release_free_memory
@@ -52,6 +60,8 @@ class RoundtripOptions:
     all_tensors: bool = False
     synthetic: bool = False
     trust_pickle: bool = False
+    megatron_layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
+    """Whose modules the converter's Megatron checkpoint is saved from (stage 1's mapping)."""
 
 
 def check_disk(root: Path, needed: int) -> None:
@@ -165,7 +175,7 @@ def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
         with sigterm_as_interrupt():
             conversions, opened = convert(opts, work, log)
             compare = with_progress(compare_many, "comparing", log)
-            report = check(conversions, opened, opts.all_tensors, compare)
+            report = check(conversions, opened, opts.all_tensors, compare, opts.megatron_layout)
     finally:
         release_workdir(opts, work)
     return report
@@ -291,7 +301,11 @@ def _not_converted(audit: tuple[CheckResult, ...]) -> CheckResult:
 
 
 def check(
-    conversions: Conversions, opened: Opened, all_tensors: bool, compare: Compare = compare_many
+    conversions: Conversions,
+    opened: Opened,
+    all_tensors: bool,
+    compare: Compare = compare_many,
+    layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> Report:
     """The report on the converted checkpoints; ``compare`` compares the tensors of each stage
     (one call per stage)."""
@@ -306,7 +320,7 @@ def check(
     if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
     inputs.append(summary_of(opened.megatron))
-    first, stage1_results, expected = stage1_checks(opened.source, opened.megatron, compare)
+    first, stage1_results, expected = stage1_checks(opened.source, opened.megatron, compare, layout)
     checks += first
     checks += _stage_checks(conversions.stage2, "stage2-convert", "Stage 2: converter", STAGE2)
     if opened.final is None:
