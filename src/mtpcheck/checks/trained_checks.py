@@ -102,7 +102,7 @@ def _layer_findings(
             )
         )
     blocks = [(p, m) for p, m in analysis.mirrors if any(n.startswith(p) for n in names)]
-    copied = _copied(ckpt, names, blocks, mains)
+    copied = _copied(ckpt, names, blocks, mains, analysis.mtp_names)
     if copied:
         out.append(
             Finding(
@@ -229,6 +229,7 @@ def _copied(
     names: Sequence[str],
     blocks: Sequence[tuple[str, str]],
     mains: Sequence[str],
+    mtp: frozenset[str],
 ) -> list[tuple[str, str]]:
     found = []
     for name, _, rel in _block_tensors(ckpt, names, blocks):
@@ -236,6 +237,8 @@ def _copied(
         head = _head(ckpt, name, PREFIX_BYTES)
         for main_prefix in mains:
             other = main_prefix + rel
+            if other in mtp:  # an MTP layer counted among the main ones (Ling-V2)
+                continue
             meta = ckpt.tensors.get(other)
             if (
                 meta is None
