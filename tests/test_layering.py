@@ -1,7 +1,8 @@
 """Dependencies point one way.
 
 cli -> pipeline -> (checks, convert) -> mapping -> (families, formats); families -> params
-(logical parameters); all -> model, errors, dtypes, chunks;
+(logical parameters); mapping, checks, pipeline and cli -> layouts (whose modules saved a
+Megatron checkpoint); all -> model, errors, dtypes, chunks;
 cli -> accept -> (families, formats); report sees only the model. Heavy third-party imports
 are confined to the layers listed.
 """
@@ -23,14 +24,16 @@ ALLOWED: dict[str, set[str]] = {
     "dtypes": set(),
     "errors": set(),
     "units": set(),
+    "layouts": set(),
     "ticker": {"units"},
     "formats": {"model", "errors", "dtypes", "chunks", "units"},
     "params": {"model", "dtypes"},
     "families": {"model", "errors", "dtypes", "params"},
-    "mapping": {"model", "errors", "dtypes", "chunks", "families", "params"},
-    "checks": {"model", "errors", "dtypes", "chunks", "families", "mapping", "params"},
+    "mapping": {"layouts", "model", "errors", "dtypes", "chunks", "families", "params"},
+    "checks": {"layouts", "model", "errors", "dtypes", "chunks", "families", "mapping", "params"},
     "convert": {"model", "errors", "dtypes", "families", "mapping", "formats", "ticker", "params"},
     "pipeline": {
+        "layouts",
         "model",
         "errors",
         "formats",
@@ -45,6 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"model", "errors", "units", "__init__"},
     "accept": {"model", "errors", "dtypes", "families", "formats", "ticker", "params"},
     "cli": {
+        "layouts",
         "model",
         "errors",
         "formats",

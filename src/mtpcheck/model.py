@@ -204,14 +204,12 @@ class HasByteSpans(Protocol):
 
 @runtime_checkable
 class ReadsSlices(Protocol):
-    """A checkpoint that reads part of a tensor without the bytes before it (one expert of
-    a tensor that stacks them all)."""
+    """Reads bytes ``start .. start + length`` of a tensor alone (one of stacked experts),
+    chunked as ``read_chunks``."""
 
     def read_slice_chunks(
-        self, name: str, start: int, length: int, chunk_bytes: int
-    ) -> Iterator[bytes]:
-        """Bytes ``start .. start + length`` of tensor ``name``, chunked as ``read_chunks``."""
-        ...
+        self, name: str, start: int, length: int, size: int
+    ) -> Iterator[bytes]: ...
 
 
 @runtime_checkable
@@ -288,19 +286,6 @@ class CheckResult:
             if s in statuses:
                 return s
         return Status.SKIP
-
-
-class MegatronLayout(str, enum.Enum):
-    """Whose modules the Megatron checkpoint was saved from, where the tools differ."""
-
-    MEGATRON_CORE = "megatron-core"
-    """megatron-core's own modules: what Megatron-Bridge, Megatron-LM, mbridge and the built-in
-    converter write."""
-    MCORE_BRIDGE = "mcore-bridge"
-    """ModelScope mcore-bridge (ms-swift 4): its own ``GatedDeltaNet`` and
-    ``GatedSelfAttention`` keep HF's key-head grouping, each head's ``[q; gate]`` together
-    and the gated norm as HF stores it (``mcore_bridge/bridge/gpt_bridge.py``
-    ``_set_linear_attn_state``, ``model/modules/gated_self_attention.py``, 1.6.5)."""
 
 
 class TensorStatus(str, enum.Enum):

@@ -11,11 +11,11 @@ from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError
 from mtpcheck.families import analyse, summarise
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
     Finding,
-    MegatronLayout,
     Naming,
     Report,
     Status,

@@ -14,13 +14,13 @@ from mtpcheck.checks.findings import describe
 from mtpcheck.checks.inspect_checks import count_check, inspect_report
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import MtpAnalysis, analyse, summarise
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import MappedCheckpoint, TensorMapping, as_megatron
 from mtpcheck.model import (
     Checkpoint,
     CheckpointSummary,
     CheckResult,
     Finding,
-    MegatronLayout,
     Status,
     TensorComparison,
     TensorStatus,

@@ -18,7 +18,8 @@ from mtpcheck import __version__
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
-from mtpcheck.model import MegatronLayout, Report
+from mtpcheck.layouts import MegatronLayout
+from mtpcheck.model import Report
 
 FORMATS = ("table", "json")
 

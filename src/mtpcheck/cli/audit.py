@@ -17,7 +17,8 @@ from mtpcheck.cli.app import (
     output_options,
 )
 from mtpcheck.errors import ExitCode
-from mtpcheck.model import MegatronLayout, Report
+from mtpcheck.layouts import MegatronLayout
+from mtpcheck.model import Report
 
 FETCH = click.option(
     "--fetch",

@@ -19,7 +19,8 @@ from mtpcheck.cli.app import (
 )
 from mtpcheck.cli.audit import across_ranks, under_torchrun
 from mtpcheck.cli.stderr_log import StderrLog
-from mtpcheck.model import MegatronLayout, Report, total_nbytes
+from mtpcheck.layouts import MegatronLayout
+from mtpcheck.model import Report, total_nbytes
 from mtpcheck.units import human_size
 
 if TYPE_CHECKING:

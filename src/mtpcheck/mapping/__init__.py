@@ -1,8 +1,8 @@
 """HF <-> Megatron correspondence: name rules, bit-exact transforms, mapped views."""
 
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan, mapped_families
 from mtpcheck.mapping.views import MappedCheckpoint, as_hf, as_megatron
-from mtpcheck.model import MegatronLayout
 
 __all__ = [
     "MappedCheckpoint",

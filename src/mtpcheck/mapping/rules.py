@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from mtpcheck.model import MegatronLayout
+from mtpcheck.layouts import MegatronLayout
 
 
 class Kind(str, enum.Enum):

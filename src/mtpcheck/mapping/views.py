@@ -17,9 +17,10 @@ import numpy as np
 from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
 from mtpcheck.errors import InputError
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
-from mtpcheck.mapping.rules import Kind, MegatronLayout
+from mtpcheck.mapping.rules import Kind
 from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, ReadsSlices, TensorMeta
 from mtpcheck.params import Role, logical_name, packed_modules
 

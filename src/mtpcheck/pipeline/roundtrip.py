@@ -29,11 +29,11 @@ from mtpcheck.checks.roundtrip_checks import (
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
     Finding,
-    MegatronLayout,
     Report,
     Status,
     total_nbytes,
