@@ -23,6 +23,7 @@ INSPECT_CHECKS = [
     "mtp-shapes",
     "shared-copies",
     "mtp-trained",
+    "serving",
 ]
 """``inspect``'s checks, in report order."""
 

@@ -503,7 +503,7 @@ def test_every_command_on_a_damaged_hf_source(
         else:
             assert _first_failure(trip) == "source-" + _first_failure(report)
         (stage1,) = [c for c in trip["checks"] if c["name"] == "stage1-convert"]
-        assert stage1["status"] == "skip" and len(trip["checks"]) == 9  # 8 source checks
+        assert stage1["status"] == "skip" and len(trip["checks"]) == 10  # 9 source checks
         assert len(trip["inputs"]) == 1
     assert list(work.iterdir()) == []
 

@@ -94,7 +94,8 @@ def test_clean_round_trip_on_two_ranks(run_cli: Callable[..., Run], tmp_path: Pa
     report = json.loads(one.stdout)
     checks = _checks(report)
     assert checks.pop("source-shared-copies") == "skip"  # MiMo stores no copies
-    assert set(checks.values()) == {"pass"} and len(checks) == 13
+    assert checks.pop("source-serving") == "skip"  # no engine reads MiMo's config oddly
+    assert set(checks.values()) == {"pass"} and len(checks) == 14
     assert {t["status"] for t in report["tensors"]} == {"equal"}
 
 

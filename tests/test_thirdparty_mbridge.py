@@ -115,6 +115,8 @@ def test_glm_roundtrip_verdicts(glm: Kept) -> None:
         "source-mtp-layers": "pass",
         "source-mtp-shapes": "pass",
         "source-shared-copies": "pass",
+        "source-mtp-trained": "pass",
+        "source-serving": "info",  # vLLM drafts through the main embedding and head
         "source-main-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
@@ -257,6 +259,8 @@ def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
         "source-mtp-layers": "pass",
         "source-mtp-shapes": "pass",
         "source-shared-copies": "skip",  # MiMo stores no copies
+        "source-mtp-trained": "pass",
+        "source-serving": "skip",
         "source-main-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "warn",  # a bare dist_checkpointing.save records no args

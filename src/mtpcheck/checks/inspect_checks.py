@@ -6,6 +6,7 @@ from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.header_match import compare_by_headers
 from mtpcheck.checks.quant_checks import quantization_check
 from mtpcheck.checks.quant_pairs import quantized_copy
+from mtpcheck.checks.serving_checks import serving_check
 from mtpcheck.checks.shape_checks import shapes_check
 from mtpcheck.checks.tensor_match import compare
 from mtpcheck.checks.trained_checks import trained_check
@@ -242,6 +243,7 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),
         trained_check(ckpt, analysis),
+        serving_check(ckpt.config, analysis, ckpt.tensors),
         *((quantization,) if quantization is not None else ()),
     )
     return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)

@@ -1,0 +1,112 @@
+"""``serving``: will a serving engine build, from this config, the model that was trained?
+
+Pure: reads the config only. Per family, the keys an engine reads with defaults of its own
+(:mod:`mtpcheck.families.serving`): an absent key whose engine default is not what
+transformers builds is a WARN (the checkpoint is intact; the engine's default is at fault,
+and engines change defaults between versions); a value the config states that makes the
+engine build something else, or that the engine refuses, is a FAIL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from mtpcheck.families import MtpAnalysis
+from mtpcheck.families.serving import (
+    ENGINE_COPIES,
+    ENGINE_DEFAULTS,
+    ENGINE_LIMITS,
+    EngineDefault,
+    EngineLimit,
+)
+from mtpcheck.model import CheckResult, Finding, Status
+
+TITLE = "What serving engines build from this config"
+_ABSENT = object()
+
+
+def serving_check(
+    config: Mapping[str, Any], analysis: MtpAnalysis, names: Collection[str]
+) -> CheckResult:
+    family = analysis.family
+    key = family.key if family is not None else ""
+    findings = [
+        *(_default(config, d, names) for d in ENGINE_DEFAULTS.get(key, ())),
+        *(_limit(config, limit) for limit in ENGINE_LIMITS.get(key, ())),
+    ]
+    findings = [f for f in findings if f is not None]
+    if analysis.copies:
+        for copies in ENGINE_COPIES.get(key, ()):
+            if not copies.uses_stored:
+                findings.append(
+                    Finding(
+                        "mtp copies",
+                        Status.INFO,
+                        f"{copies.engine} drafts through the main embedding and head, not the "
+                        f"MTP layer's stored copies ({copies.source})",
+                        {"engine": copies.engine},
+                    )
+                )
+    if not any(f.status in (Status.FAIL, Status.WARN) for f in findings):
+        known = sorted(
+            {d.engine for d in ENGINE_DEFAULTS.get(key, ())}
+            | {limit.engine for limit in ENGINE_LIMITS.get(key, ())}
+        )
+        message = (
+            f"{' and '.join(known)} {'build' if len(known) > 1 else 'builds'} what "
+            "transformers builds from this config"
+            if known
+            else "no engine reading known to differ from transformers for this family"
+        )
+        findings.insert(0, Finding("serving", Status.PASS if known else Status.SKIP, message))
+    return CheckResult("serving", TITLE, tuple(findings))
+
+
+def _value(config: Mapping[str, Any], key: str) -> object:
+    for node in (config, config.get("text_config")):
+        if isinstance(node, Mapping) and key in node:
+            return node[key]
+    return _ABSENT
+
+
+def _default(config: Mapping[str, Any], d: EngineDefault, names: Collection[str]) -> Finding | None:
+    value = _value(config, d.key)
+    details = {"engine": d.engine, "source": d.source, "key": d.key}
+    if value is _ABSENT:
+        if d.engine_default == d.trained:
+            return None
+        effect = d.effect
+        if d.refused_with and any(n.endswith(d.refused_with) for n in names):
+            effect = f"refuses to load the checkpoint, which stores {d.refused_with} ({d.refusal})"
+        return Finding(
+            d.key,
+            Status.WARN,
+            f"absent: {d.engine} reads it as {d.engine_default!r} ({d.source}) and {effect}; "
+            f"transformers builds {d.trained!r} (add {json.dumps({d.key: d.trained})[1:-1]})",
+            details,
+        )
+    if value == d.trained:
+        return None
+    return Finding(
+        d.key,
+        Status.FAIL,
+        f"{value!r}: {d.engine} builds with it ({d.source}), transformers ignores the key and "
+        f"builds {d.trained!r}: served and trained models differ",
+        details,
+    )
+
+
+def _limit(config: Mapping[str, Any], limit: EngineLimit) -> Finding | None:
+    value = _value(config, limit.key)
+    used = limit.default if value is _ABSENT else value
+    if used in limit.allowed:
+        return None
+    return Finding(
+        limit.key,
+        Status.FAIL,
+        f"{used!r}: {limit.engine} refuses to build the drafter ({limit.source}: "
+        f'"{limit.refusal}"); it accepts {", ".join(map(repr, limit.allowed))}',
+        {"engine": limit.engine, "source": limit.source, "key": limit.key},
+    )
