@@ -109,7 +109,9 @@ def test_synthetic_glm5_78_plus_1_round_trip(run_cli, tmp_path: Path) -> None:
     run = run_cli("roundtrip", path, "--synthetic", "--workdir", tmp_path / "w", "--format", "json")
     assert run.exit_code == 0, run
     report = _report(run)
-    assert {c["status"] for c in report["checks"]} == {"pass"}  # copies built and compared
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses.pop("source-serving") == "warn"  # the fixture's config has no router keys
+    assert set(statuses.values()) == {"pass"}  # copies built and compared
     source = report["inputs"][0]
     assert (source["family"], source["declared_mtp_layers"]) == ("glm_moe_dsa", 1)
     (layer,) = source["mtp_layers"]
