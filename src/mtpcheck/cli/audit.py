@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -125,8 +127,18 @@ def diff(
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():
-        raise SystemExit(_diff_across_ranks(Path(a), Path(b), all_tensors, opts))
+        exit_rank(_diff_across_ranks(Path(a), Path(b), all_tensors, opts))
     raise SystemExit(execute("diff", build, opts))
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a torchrun rank once its work is done, flushed and its process group destroyed,
+    without the interpreter's teardown: there libtorch's gloo and store threads can hit
+    ``std::terminate`` in static destructors on a loaded machine (SIGABRT, "terminate called
+    without an active exception"), turning a finished run into a failed rank."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
 
 
 def under_torchrun() -> bool:

@@ -17,7 +17,7 @@ from mtpcheck.cli.app import (
     output_options,
     run_action,
 )
-from mtpcheck.cli.audit import across_ranks, under_torchrun
+from mtpcheck.cli.audit import across_ranks, exit_rank, under_torchrun
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report, total_nbytes
@@ -110,7 +110,7 @@ def roundtrip(
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     if under_torchrun():
-        raise SystemExit(_roundtrip_across_ranks(options, opts))
+        exit_rank(_roundtrip_across_ranks(options, opts))
     raise SystemExit(execute("roundtrip", build, opts))
 
 
