@@ -166,6 +166,8 @@ class Naming(str, enum.Enum):
     """Hugging Face names (``model.layers.{k}.self_attn.q_proj.weight``)."""
     MEGATRON = "megatron"
     """megatron-core's ``GPTModel.state_dict()`` names (``decoder.layers.{k}...``)."""
+    GGUF = "gguf"
+    """llama.cpp's names (``blk.{k}.attn_q.weight``, ``blk.{n}.nextn.eh_proj.weight``)."""
 
 
 @runtime_checkable

@@ -79,6 +79,14 @@ def align_formats(
     """Across formats, show the HF side under Megatron names (bit-exact mapping); also the
     names, on either side, that the mapping does not cover (a vision tower), which are not
     compared."""
+    if Naming.GGUF in (a.naming, b.naming) and a.naming is not b.naming:
+        gguf, other = (a, b) if a.naming is Naming.GGUF else (b, a)
+        raise InputError(
+            gguf.path,
+            f"is a GGUF file; comparing it with the {other.naming.value} checkpoint "
+            f"{other.path} needs llama.cpp's name mapping, which mtpcheck does not have yet "
+            "(diff two GGUF files, or the HF checkpoints they were converted from)",
+        )
     if _is_megatron(a) == _is_megatron(b):
         return a, b, False, ()
     from mtpcheck.mapping import (  # numpy: only here

@@ -329,6 +329,35 @@ MEGATRON = MtpFamily(
 )
 """Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""
 
+_NEXTN = "blk.{n}.nextn."
+GGUF = MtpFamily(
+    key="gguf",
+    display="GGUF (llama.cpp)",
+    model_types=("gguf",),
+    architectures=(),
+    count_keys=("nextn_predict_layers",),
+    default_count=None,
+    layer_prefix="blk.{n}.",
+    specific=tuple(
+        _NEXTN + name
+        for name in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head_norm.weight")
+    ),
+    projection=_NEXTN + "eh_proj.weight",
+    concat_order=ConcatOrder.EMBEDDING_FIRST,
+    copies=(
+        SharedCopy(_NEXTN + "embed_tokens.weight", "token_embd.weight"),
+        SharedCopy(_NEXTN + "shared_head_head.weight", "output.weight"),
+    ),
+    copy_policy=CopyPolicy.OPTIONAL,
+    main_shared=("token_embd.weight", "output.weight"),
+    main_layer_prefix="blk.{k}.",
+    main_norm="output_norm.weight",
+    accept=AcceptSupport(why_not="accept runs HF checkpoints"),
+    notes="llama.cpp's names (gguf-py MODEL_TENSOR.NEXTN_*): the nextn layer is block "
+    "{arch}.block_count - nextn_predict_layers onward, its MTP-only tensors under blk.{n}.nextn.",
+)
+"""GGUF files as llama.cpp's ``convert_hf_to_gguf.py`` writes them, whatever the model."""
+
 HYBRID_MTP_PATTERN = "mtp_hybrid_override_pattern"
 """Megatron config key of a hybrid (Mamba) model's MTP block pattern, one character a layer."""
 MEGATRON_HYBRID = replace(
@@ -347,7 +376,7 @@ MEGATRON_HYBRID = replace(
 """Megatron checkpoints of megatron-core's hybrid model (``mtp_hybrid_override_pattern`` in
 their config), whose MTP block nests ``layers.{t}`` (Megatron-Bridge 0.6 ``nemotron_h``)."""
 
-FAMILIES = (*FAMILIES, *FAMILIES_2026, MEGATRON, MEGATRON_HYBRID)
+FAMILIES = (*FAMILIES, *FAMILIES_2026, MEGATRON, MEGATRON_HYBRID, GGUF)
 
 FAMILY_BY_NAME: dict[str, MtpFamily] = {f.key: f for f in FAMILIES}
 FAMILY_BY_MODEL_TYPE: dict[str, MtpFamily] = {t: f for f in FAMILIES for t in f.model_types}

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtpcheck.errors import InputError
+from mtpcheck.formats.gguf import GgufReader
 from mtpcheck.formats.hf_safetensors import HfSafetensorsReader
 from mtpcheck.formats.hub_ref import parse_ref
 from mtpcheck.formats.interface import CheckpointReader
@@ -19,6 +20,7 @@ def readers(trust_pickle: bool = False) -> tuple[CheckpointReader, ...]:
     return (
         MegatronDistReader(trust_pickle),
         MegatronLegacyReader(trust_pickle),
+        GgufReader(),
         HfSafetensorsReader(),
     )
 

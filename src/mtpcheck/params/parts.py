@@ -52,6 +52,10 @@ class Method(str, enum.Enum):
     MODELOPT = "modelopt"
     AWQ = "awq"
     GPTQ = "gptq"
+    GGUF = "gguf"
+    """llama.cpp's GGUF: every tensor's ggml type (``Q8_0``, ``Q4_K``, ...) is in the file's
+    header and its records hold their own scales; there is no config to declare it in (the
+    GGUF reader gives each file this method)."""
     OTHER = "other"
     """A ``quant_method`` mtpcheck has no part table for."""
 
