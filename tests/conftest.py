@@ -66,7 +66,11 @@ def run_cli() -> Callable[..., Run]:
     """Invoke the CLI in-process; returns exit code, stdout and stderr separately."""
 
     def run(*args: str | Path) -> Run:
-        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        argv = [str(a) for a in args]
+        result = CliRunner().invoke(cli, argv, catch_exceptions=False)
+        if "--format" in argv and argv[argv.index("--format") + 1 :][:1] == ["json"]:
+            if result.stdout.strip():
+                check_report_schema(result.stdout)  # every JSON report of the suite, checked
         return Run(result.exit_code, result.stdout, result.stderr)
 
     return run
@@ -104,3 +108,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def thirdparty_runs(request: pytest.FixtureRequest) -> object:
     """The :class:`tests.thirdparty.runs.Roundtrips` started after collection."""
     return request.config.stash[_THIRDPARTY_KEY]
+
+
+# --- every JSON report a test produces is checked against the shipped schema ------------------
+
+_SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "src/mtpcheck/report/report.schema.json").read_text()
+)
+
+
+def check_report_schema(stdout: str) -> None:
+    """Validate a ``--format json`` stdout against ``report.schema.json`` (raises if not)."""
+    import jsonschema
+
+    jsonschema.validate(json.loads(stdout), _SCHEMA, cls=jsonschema.Draft202012Validator)
