@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.thirdparty.replay import fail_messages, failing_checks, replay_roundtrip, source_of
 
 CORPUS = Path(__file__).resolve().parent / "data" / "mcore_bridge"
 SWIFT = ("--megatron-layout", "mcore-bridge")
@@ -33,40 +34,6 @@ CLEAN = {  # case -> (tensors of `diff SOURCE MEGATRON --all`, all bit-identical
 KEPT = "dtype changed BF16 -> F32 (every value kept: the wider type holds each exactly)"
 
 
-def _source(case: str) -> Path:
-    return FIXTURES / case.removesuffix("-mtp1")
-
-
-def _roundtrip(run_cli, case: str, tmp_path: Path, *extra: str) -> dict:
-    tool = CORPUS / case
-    run = run_cli(
-        "roundtrip", _source(case), "--workdir", tmp_path, "--format", "json", *extra,
-        "--to-megatron", f"cp -r {tool / 'megatron'} {{dst}}  # replays {{src}}",
-        "--to-hf", f"cp -r {tool / 'hf'} {{dst}}  # replays {{src}}",
-    )  # fmt: skip
-    report = json.loads(run.stdout)
-    assert run.exit_code == (0 if report["ok"] else 1), run
-    return report
-
-
-def _failing(report: dict) -> dict[str, list[str]]:
-    return {
-        c["name"]: [f["subject"] for f in c["findings"] if f["status"] == "fail"]
-        for c in report["checks"]
-        if c["status"] == "fail"
-    }
-
-
-def _messages(report: dict, check: str) -> dict[str, str]:
-    return {
-        f["subject"]: f["message"]
-        for c in report["checks"]
-        if c["name"] == check
-        for f in c["findings"]
-        if f["status"] == "fail"
-    }
-
-
 def test_versions_recorded() -> None:
     for case in CLEAN:
         versions = json.loads((CORPUS / case / "convert.json").read_text())["versions"]
@@ -79,7 +46,7 @@ def test_the_megatron_output_maps_bit_for_bit(run_cli, case: str) -> None:
     inspected = run_cli("inspect", CORPUS / case / "megatron", "--format", "json")
     assert inspected.exit_code == 0, inspected
     megatron = CORPUS / case / "megatron"
-    run = run_cli("diff", _source(case), megatron, "--all", *layout, "--format", "json")
+    run = run_cli("diff", source_of(case), megatron, "--all", *layout, "--format", "json")
     assert run.exit_code == 0, run
     tensors = json.loads(run.stdout)["tensors"]
     assert len(tensors) == count
@@ -93,7 +60,7 @@ def test_its_gated_delta_net_is_not_megatron_cores(run_cli) -> None:
     megatron = CORPUS / "qwen3_next-mtp1" / "megatron"
     run = run_cli("diff", FIXTURES / "qwen3_next", megatron, "--all", "--format", "json")
     assert run.exit_code == 1, run
-    assert sorted(_messages(json.loads(run.stdout), "tensors")) == [
+    assert sorted(fail_messages(json.loads(run.stdout), "tensors")) == [
         "decoder.layers.0.self_attention.conv1d.weight",
         "decoder.layers.0.self_attention.in_proj.weight",
         "decoder.layers.0.self_attention.out_norm.weight",
@@ -104,8 +71,8 @@ def test_its_gated_delta_net_is_not_megatron_cores(run_cli) -> None:
 
 @pytest.mark.parametrize("case", ["deepseek_v3-mtp1", "glm_moe_dsa-mtp1", "glm4_moe-mtp1"])
 def test_round_trip_through_the_tool_passes(run_cli, case: str, tmp_path: Path) -> None:
-    report = _roundtrip(run_cli, case, tmp_path)
-    assert report["ok"] and _failing(report) == {}
+    report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
+    assert report["ok"] and failing_checks(report) == {}
 
 
 @pytest.mark.parametrize(
@@ -117,8 +84,8 @@ def test_without_the_mtp_argument_the_layer_is_lost(
     """ms-swift 9504: no ``--mtp_num_layers``, no MTP block: every MTP tensor is dropped at
     stage 1, which says so, and the export still declares the layer it lacks."""
     layout = SWIFT if case.startswith("qwen3") else ()
-    report = _roundtrip(run_cli, case, tmp_path, *layout)
-    failing = _failing(report)
+    report = replay_roundtrip(run_cli, CORPUS, case, tmp_path, *layout)
+    failing = failing_checks(report)
     assert failing["stage1-mtp-count"] == ["mtp_num_layers"]
     assert len(failing["stage1-tensors"]) == lost
     count = next(c for c in report["checks"] if c["name"] == "stage1-mtp-count")
@@ -132,16 +99,16 @@ def test_without_the_mtp_argument_the_layer_is_lost(
 def test_qwen3_next_round_trip_adds_a_count_key(run_cli, tmp_path: Path) -> None:
     """Every tensor comes back bit for bit; the export adds ``num_nextn_predict_layers``,
     which the source did not carry: a config change, named."""
-    report = _roundtrip(run_cli, "qwen3_next-mtp1", tmp_path, *SWIFT)
-    assert _failing(report) == {"config": ["num_nextn_predict_layers"]}
+    report = replay_roundtrip(run_cli, CORPUS, "qwen3_next-mtp1", tmp_path, *SWIFT)
+    assert failing_checks(report) == {"config": ["num_nextn_predict_layers"]}
 
 
 def test_qwen3_5_moe_export_swaps_fused_and_per_expert_storage(run_cli, tmp_path: Path) -> None:
     """Stage 1 maps bit for bit (fused MTP experts cut per expert); the export stores the MTP
     block's experts one tensor per expert where the source fused them, so by name the fused
     pair is missing and twelve per-expert tensors are new (their bytes are the fused ones)."""
-    report = _roundtrip(run_cli, "qwen3_5_moe-mtp1", tmp_path, *SWIFT)
-    failing = _failing(report)
+    report = replay_roundtrip(run_cli, CORPUS, "qwen3_5_moe-mtp1", tmp_path, *SWIFT)
+    failing = failing_checks(report)
     assert set(failing) == {"roundtrip-tensors"}
     names = failing["roundtrip-tensors"]
     assert sorted(n for n in names if n.endswith(("gate_up_proj", "experts.down_proj"))) == [
@@ -163,7 +130,7 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
     assert run_cli("diff", FIXTURES / "nemotron_h", megatron).exit_code == 0
     run = run_cli("diff", FIXTURES / "nemotron_h", megatron, "--all", "--format", "json")
     assert run.exit_code == 1, run
-    messages = _messages(json.loads(run.stdout), "tensors")
+    messages = fail_messages(json.loads(run.stdout), "tensors")
     assert messages["decoder.layers.0.mixer.A_log"] == KEPT
     assert messages["decoder.layers.0.mixer.D"] == KEPT
     dense = ["decoder.layers.3.mlp.linear_fc1.weight", "decoder.layers.3.mlp.linear_fc2.weight"]
@@ -171,7 +138,7 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
         ["decoder.layers.0.mixer.A_log", "decoder.layers.0.mixer.D", *dense]
     )
     assert all(messages[n].startswith("bits differ in 512 of 512 elements") for n in dense)
-    assert _roundtrip(run_cli, "nemotron_h-mtp1", tmp_path)["ok"]
+    assert replay_roundtrip(run_cli, CORPUS, "nemotron_h-mtp1", tmp_path)["ok"]
 
 
 def test_an_mtp_layer_the_source_never_had_is_found_untrained(run_cli) -> None:

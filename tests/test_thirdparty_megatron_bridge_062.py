@@ -19,6 +19,7 @@ import pytest
 
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, flip_bit
+from tests.thirdparty.replay import fail_messages, failing_checks, replay_roundtrip, source_of
 
 CORPUS = Path(__file__).resolve().parent / "data" / "megatron_bridge_062"
 CLEAN = {  # case -> tensors of `diff SOURCE MEGATRON --all`, every one bit-identical
@@ -32,30 +33,6 @@ CLEAN = {  # case -> tensors of `diff SOURCE MEGATRON --all`, every one bit-iden
 }
 
 
-def _source(case: str) -> Path:
-    return FIXTURES / case.removesuffix("-mtp1")
-
-
-def _roundtrip(run_cli, case: str, tmp_path: Path) -> dict:
-    tool = CORPUS / case
-    run = run_cli(
-        "roundtrip", _source(case), "--workdir", tmp_path, "--format", "json",
-        "--to-megatron", f"cp -r {tool / 'megatron'} {{dst}}  # replays {{src}}",
-        "--to-hf", f"cp -r {tool / 'hf'} {{dst}}  # replays {{src}}",
-    )  # fmt: skip
-    report = json.loads(run.stdout)
-    assert run.exit_code == (0 if report["ok"] else 1), run
-    return report
-
-
-def _failing(report: dict) -> dict[str, list[str]]:
-    return {
-        c["name"]: [f["subject"] for f in c["findings"] if f["status"] == "fail"]
-        for c in report["checks"]
-        if c["status"] == "fail"
-    }
-
-
 def test_versions_recorded() -> None:
     for case in CLEAN:
         versions = json.loads((CORPUS / case / "convert.json").read_text())["versions"]
@@ -66,7 +43,7 @@ def test_versions_recorded() -> None:
 def test_the_megatron_output_maps_bit_for_bit(run_cli, case: str) -> None:
     inspected = run_cli("inspect", CORPUS / case / "megatron", "--format", "json")
     assert inspected.exit_code == 0, inspected
-    run = run_cli("diff", _source(case), CORPUS / case / "megatron", "--all", "--format", "json")
+    run = run_cli("diff", source_of(case), CORPUS / case / "megatron", "--all", "--format", "json")
     assert run.exit_code == 0, run
     tensors = json.loads(run.stdout)["tensors"]
     assert len(tensors) == CLEAN[case]
@@ -77,8 +54,8 @@ def test_the_megatron_output_maps_bit_for_bit(run_cli, case: str) -> None:
     "case", ["glm_moe_dsa-mtp1", "nemotron_h", "qwen3_next-mtp1", "qwen3_5_text"]
 )
 def test_round_trip_through_the_tool_passes(run_cli, case: str, tmp_path: Path) -> None:
-    report = _roundtrip(run_cli, case, tmp_path)
-    assert report["ok"] and _failing(report) == {}
+    report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
+    assert report["ok"] and failing_checks(report) == {}
 
 
 @pytest.mark.parametrize("case", ["deepseek_v3", "glm4_moe"])
@@ -87,8 +64,8 @@ def test_the_export_drops_the_stored_embedding_and_head_copies(
 ) -> None:
     """Stage 1 holds every MTP tensor; the exported HF checkpoint lacks the MTP layer's
     ``embed_tokens`` / ``shared_head.head`` copies, which stage 2 is blamed for."""
-    report = _roundtrip(run_cli, case, tmp_path)
-    failing = _failing(report)
+    report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
+    failing = failing_checks(report)
     copies = ["model.layers.2.embed_tokens.weight", "model.layers.2.shared_head.head.weight"]
     assert failing["roundtrip-tensors"] == copies
     assert not any(name.startswith(("source-", "stage1-")) for name in failing)
@@ -107,8 +84,8 @@ def test_without_the_count_the_bridge_drops_the_mtp_layer(
 ) -> None:
     """Megatron-Bridge 0.6.2 sets ``mtp_num_layers`` to None for GLM-5 (hard-coded) and for a
     Qwen3-Next config without a count key: stage 1 loses the layer, and says so."""
-    report = _roundtrip(run_cli, case, tmp_path)
-    failing = _failing(report)
+    report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
+    failing = failing_checks(report)
     assert failing["stage1-mtp-count"] == ["mtp_num_layers"]
     assert len(failing["stage1-tensors"]) == lost
     assert "final-mtp-count" in failing
@@ -116,16 +93,6 @@ def test_without_the_count_the_bridge_drops_the_mtp_layer(
     assert count["findings"][0]["message"] == (
         "stage 1 (HF -> Megatron): Megatron declares 0 (mtp_num_layers: null), the source 1"
     )
-
-
-def _findings(report: dict, check: str) -> dict[str, str]:
-    return {
-        f["subject"]: f["message"]
-        for c in report["checks"]
-        if c["name"] == check
-        for f in c["findings"]
-        if f["status"] == "fail"
-    }
 
 
 KEPT = "dtype changed BF16 -> F32 (every value kept: the wider type holds each exactly)"
@@ -140,14 +107,14 @@ def test_hy_v3_router_bias_is_widened_to_float32(run_cli, tmp_path: Path) -> Non
     )
     assert run.exit_code == 1, run
     report = json.loads(run.stdout)
-    assert _findings(report, "tensors") == {
+    assert fail_messages(report, "tensors") == {
         "decoder.layers.1.mlp.router.expert_bias": KEPT,
         "mtp.layers.0.transformer_layer.mlp.router.expert_bias": KEPT,
     }
     statuses = [t["status"] for t in report["tensors"]]
     assert (len(statuses), statuses.count("equal")) == (51, 49)
-    round_trip = _roundtrip(run_cli, "hy_v3", tmp_path)
-    assert _failing(round_trip) == {
+    round_trip = replay_roundtrip(run_cli, CORPUS, "hy_v3", tmp_path)
+    assert failing_checks(round_trip) == {
         "stage1-tensors": ["mtp.layers.0.transformer_layer.mlp.router.expert_bias"],
         "roundtrip-tensors": ["model.layers.2.mlp.expert_bias"],
     }
@@ -173,7 +140,7 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     run = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--format", "json")
     assert run.exit_code == 1, run
     report = json.loads(run.stdout)
-    failing = _findings(report, "tensors")
+    failing = fail_messages(report, "tensors")
     assert len(failing) == 24 and set(failing.values()) == {KEPT}
     experts = [n for n in failing if ".experts.local_experts." in n]
     assert len(experts) == 8  # 4 experts x (fc1, fc2), cut from two fused HF tensors
@@ -194,11 +161,11 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     assert {t["status"] for t in everything["tensors"]} == {"dtype_changed"}
     assert {t["values_differing"] for t in everything["tensors"]} == {0}
 
-    round_trip = _roundtrip(run_cli, "qwen3_5_moe", tmp_path)
-    stage1 = _findings(round_trip, "stage1-tensors")
+    round_trip = replay_roundtrip(run_cli, CORPUS, "qwen3_5_moe", tmp_path)
+    stage1 = fail_messages(round_trip, "stage1-tensors")
     assert len(stage1) == 24
     assert all(m.startswith(f"stage 1 (HF -> Megatron): {KEPT} [from ") for m in stage1.values())
-    assert set(_failing(round_trip)) == {"stage1-tensors", "roundtrip-tensors"}
+    assert set(failing_checks(round_trip)) == {"stage1-tensors", "roundtrip-tensors"}
 
 
 def test_a_flipped_bit_in_a_nested_hybrid_mtp_layer_is_named(run_cli, tmp_path: Path) -> None:
@@ -212,6 +179,6 @@ def test_a_flipped_bit_in_a_nested_hybrid_mtp_layer_is_named(run_cli, tmp_path: 
     flip_bit(Path(span.file), span.offset + 3, bit=2)
     run = run_cli("diff", FIXTURES / "nemotron_h", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    (message,) = _findings(json.loads(run.stdout), "tensors").values()
-    assert list(_findings(json.loads(run.stdout), "tensors")) == [name]
+    (message,) = fail_messages(json.loads(run.stdout), "tensors").values()
+    assert list(fail_messages(json.loads(run.stdout), "tensors")) == [name]
     assert message.startswith("bits differ in 1 of 64 elements, first at index [0, 1]")

@@ -78,10 +78,11 @@ def _layer_findings(
 ) -> list[Finding]:
     subject = f"mtp layer {index}"
     norms = [n for n in names if _is_norm(ckpt, n)]
-    at_init = [n for n in norms if _initial_value(ckpt, n) is not None]
+    initial = {n: v for n in norms if (v := _initial_value(ckpt, n)) is not None}
+    at_init = list(initial)
     out = []
     if norms and len(at_init) == len(norms):
-        values = sorted({str(_initial_value(ckpt, n)) for n in at_init})
+        values = sorted({str(v) for v in initial.values()})
         out.append(
             Finding(
                 subject,
@@ -311,8 +312,9 @@ def _fresh_statistics(
     if not stds or not blocks:
         return [], ""
     mirrored = dict(blocks)
+    in_blocks = list(_block_tensors(ckpt, names, blocks))
     fresh, own, trained, judged, main_stds = [], [], 0, 0, []
-    for name, prefix, rel in _block_tensors(ckpt, names, blocks):
+    for name, prefix, rel in in_blocks:
         other = ckpt.tensors.get(mirrored[prefix] + rel)
         if other is None:  # MTP-only (eh_proj inside a block prefix): judged below
             own.append(name)
@@ -330,8 +332,8 @@ def _fresh_statistics(
             fresh.append(name)
     if judged == 0 or trained * 2 <= judged:
         return [], ""
-    in_blocks = {name for name, _, _ in _block_tensors(ckpt, names, blocks)}
-    own += [n for n in names if n not in in_blocks and len(ckpt.tensors[n].shape) == 2]
+    block_names = {name for name, _, _ in in_blocks}
+    own += [n for n in names if n not in block_names and len(ckpt.tensors[n].shape) == 2]
     for name in own:  # the MTP-only projection (eh_proj, fc): no main counterpart
         if ckpt.tensors[name].dtype in _FLOATS:
             mine = _stats(ckpt, name)

@@ -387,8 +387,8 @@ def analyse(
 ) -> MtpAnalysis:
     """Find the MTP layers of a checkpoint and what each one lacks."""
     family = detect_family(config)
-    nested = _nested_positions(tensors) if family is MEGATRON else 0
-    if nested:  # a hybrid save whose config does not say so (mcore-bridge's args.json)
+    nested = _nested_positions(tensors) if family in (MEGATRON, MEGATRON_HYBRID) else 0
+    if nested:  # a hybrid save whose config may not say so (mcore-bridge's args.json)
         family = MEGATRON_HYBRID
     declared = declared_count(config, family, config_path)
     hidden = _hidden_layers(
@@ -405,7 +405,7 @@ def analyse(
     if early is not None and early < base:
         base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
     mtp_kinds, main_kinds = _patterns(family, config)
-    span = max(1, len(mtp_kinds) or _nested_positions(tensors))
+    span = max(1, len(mtp_kinds) or nested)
 
     def depth(groups: dict[str, str]) -> int:
         if groups.get("n") is not None:

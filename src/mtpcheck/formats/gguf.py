@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -73,7 +73,6 @@ class GgufCheckpoint:
     cross_checked: str = "a GGUF header"
     format: str = FORMAT
     naming: Naming = Naming.GGUF
-    metadata: dict[str, Any] = field(default_factory=dict)
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
@@ -161,7 +160,6 @@ def read_gguf(path: Path) -> GgufCheckpoint:
         config_path=str(path),
         tensors=dict(sorted(tensors.items())),
         issues=issues,
-        metadata=metadata,
     )
 
 
