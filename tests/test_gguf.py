@@ -145,9 +145,3 @@ def test_an_unreadable_header_is_one_line_exit_2(run_cli, tmp_path: Path, edit, 
     assert run.exit_code == 2
     assert run.stderr.startswith(f"mtpcheck: error: {bad}: {reason}")
     assert len(run.stderr.strip().splitlines()) == 1
-
-
-def test_a_gguf_is_not_diffed_with_its_hf_source_yet(run_cli) -> None:
-    run = run_cli("diff", FIXTURES / "glm4_moe", _gguf("glm4_moe__bf16__full"))
-    assert run.exit_code == 2
-    assert "needs llama.cpp's name mapping, which mtpcheck does not have yet" in run.stderr

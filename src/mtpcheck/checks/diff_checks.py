@@ -27,6 +27,9 @@ from mtpcheck.params import Scheme, declared_scheme
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
 
+GGUF_COUNT_KEYS = ("nextn_predict_layers", "num_hidden_layers")
+"""What a diff of an HF checkpoint and a GGUF file compares of their configs."""
+
 STEPS_ALLOWED = 1.0
 """Round to nearest puts every value within half a step; one step leaves room for a scale
 rounded on its own (FP8 scales) without passing data that is not the original's."""
@@ -80,13 +83,9 @@ def align_formats(
     names, on either side, that the mapping does not cover (a vision tower), which are not
     compared."""
     if Naming.GGUF in (a.naming, b.naming) and a.naming is not b.naming:
-        gguf, other = (a, b) if a.naming is Naming.GGUF else (b, a)
-        raise InputError(
-            gguf.path,
-            f"is a GGUF file; comparing it with the {other.naming.value} checkpoint "
-            f"{other.path} needs llama.cpp's name mapping, which mtpcheck does not have yet "
-            "(diff two GGUF files, or the HF checkpoints they were converted from)",
-        )
+        from mtpcheck.checks.gguf_diff import align_gguf  # numpy: only here
+
+        return align_gguf(a, b)
     if _is_megatron(a) == _is_megatron(b):
         return a, b, False, ()
     from mtpcheck.mapping import (  # numpy: only here
@@ -110,12 +109,12 @@ def align_formats(
     return ((view, b) if hf is a else (a, view)) + (True, outside)
 
 
-def _outside_finding(outside: Sequence[str]) -> Finding:
+def _outside_finding(outside: Sequence[str], other: str) -> Finding:
     few = ", ".join(outside[:3]) + (", ..." if len(outside) > 3 else "")
     return Finding(
         "outside the mapping",
         Status.SKIP,
-        f"{len(outside)} tensor(s) no HF <-> Megatron rule covers, not compared ({few})",
+        f"{len(outside)} tensor(s) no HF <-> {other} rule covers, not compared ({few})",
         {"names": list(outside)},
     )
 
@@ -142,14 +141,20 @@ def diff_report(
     else:
         names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
         scope = "MTP scope"
-    scheme_a, scheme_b = declared_scheme(a), declared_scheme(b)
-    found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
-    measured = [
-        _dequantized(p, a, b, scheme_a, scheme_b)
-        if dequantize
-        else (comparison_finding(p.comparison), p.comparison)
-        for p in found
-    ]
+    gguf = Naming.GGUF in (a.naming, b.naming)
+    if crossed and gguf:
+        from mtpcheck.checks.gguf_diff import lossy_findings
+
+        measured, covered = lossy_findings(a, b, names, dequantize, STEPS_ALLOWED)
+    else:
+        scheme_a, scheme_b = declared_scheme(a), declared_scheme(b)
+        found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
+        measured = [
+            _dequantized(p, a, b, scheme_a, scheme_b)
+            if dequantize
+            else (comparison_finding(p.comparison), p.comparison)
+            for p in found
+        ]
     notes = [finding for finding, _ in measured]
     quantized = [c for _, c in measured]
     pairs = [(n, n) for n in sorted(names - covered)]
@@ -172,7 +177,7 @@ def diff_report(
     if not comparisons:
         summary = Finding(scope, Status.SKIP, "no tensors in scope on either side")
     if crossed:
-        keys = ("mtp_num_layers", "num_layers")
+        keys = GGUF_COUNT_KEYS if gguf else ("mtp_num_layers", "num_layers")
         config = config_check(
             {k: a.config.get(k) for k in keys}, {k: b.config.get(k) for k in keys}, True, True
         )
@@ -180,11 +185,21 @@ def diff_report(
         config = config_check(
             a.config, b.config, a.config_path is not None, b.config_path is not None
         )
-    unmapped = (_outside_finding(outside),) if outside and all_tensors else ()
+    other = "GGUF" if gguf else "Megatron"
+    notes_gguf: tuple[Finding, ...] = ()
+    if crossed and gguf:
+        from mtpcheck.checks.gguf_diff import converter_notes
+
+        notes_gguf = converter_notes(a, b)
+    unmapped = (_outside_finding(outside, other),) if outside and all_tensors else ()
     checks = (
         integrity_check([("A", a), ("B", b)]),
         config,
-        CheckResult("tensors", f"Tensor matcher ({scope})", (summary, *unmapped, *failing, *notes)),
+        CheckResult(
+            "tensors",
+            f"Tensor matcher ({scope})",
+            (summary, *notes_gguf, *unmapped, *failing, *notes),
+        ),
     )
     return Report(
         command="diff",

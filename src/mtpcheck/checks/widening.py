@@ -17,30 +17,9 @@ from mtpcheck.dtypes import itemsize
 from mtpcheck.model import Checkpoint
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
-_EXACT_WIDER = {"BF16": ("F32", "F64"), "F16": ("F32", "F64"), "F32": ("F64",)}
-"""Float types each of whose values the wider types hold exactly."""
 _CHUNK_ELEMENTS = 1 << 20
-
-
-def comparable(narrow: str, wide: str) -> bool:
-    return wide in _EXACT_WIDER.get(narrow, ())
-
-
-def widen(raw: np.ndarray, narrow: str, wide: str) -> np.ndarray:
-    """Bits of ``raw`` (unsigned ints of ``narrow``'s width) as ``wide``'s bits, exactly."""
-    import numpy as np
-
-    if narrow == "BF16":  # the top half of a float32
-        as32 = raw.astype(np.uint32) << 16
-        if wide == "F32":
-            return as32
-        return as32.view(np.float32).astype(np.float64).view(np.uint64)
-    source = {"F16": np.float16, "F32": np.float32}[narrow]
-    target, bits = {"F32": (np.float32, np.uint32), "F64": (np.float64, np.uint64)}[wide]
-    with np.errstate(invalid="ignore"):
-        return raw.view(source).astype(target).view(bits)
 
 
 def values_differing(a: Checkpoint, an: str, b: Checkpoint, bn: str) -> int | None:
@@ -48,6 +27,8 @@ def values_differing(a: Checkpoint, an: str, b: Checkpoint, bn: str) -> int | No
     the narrower is widened exactly; None when the two types are not such a pair. Streams both
     tensors in step, a bounded number of elements at a time."""
     import numpy as np
+
+    from mtpcheck.mapping.transforms import comparable, widen  # numpy: only here
 
     ma, mb = a.tensors[an], b.tensors[bn]
     if ma.shape != mb.shape or not (ma.readable and mb.readable):

@@ -230,3 +230,24 @@ def add_to_values(bits: np.ndarray, dtype: str, delta: float) -> np.ndarray:
     if dtype == "F32":
         return (bits.view(np.float32).astype(np.float64) + delta).astype(np.float32).view(np.uint32)
     raise ValueError(f"a zero-centred norm of dtype {dtype} is not supported")
+
+
+_EXACT_WIDER = {"BF16": ("F32", "F64"), "F16": ("F32", "F64"), "F32": ("F64",)}
+"""Float types each of whose values the wider types hold exactly."""
+
+
+def comparable(narrow: str, wide: str) -> bool:
+    return wide in _EXACT_WIDER.get(narrow, ())
+
+
+def widen(raw: np.ndarray, narrow: str, wide: str) -> np.ndarray:
+    """Bits of ``raw`` (unsigned ints of ``narrow``'s width) as ``wide``'s bits, exactly."""
+    if narrow == "BF16":  # the top half of a float32
+        as32 = raw.astype(np.uint32) << 16
+        if wide == "F32":
+            return as32
+        return as32.view(np.float32).astype(np.float64).view(np.uint64)
+    source = {"F16": np.float16, "F32": np.float32}[narrow]
+    target, bits = {"F32": (np.float32, np.uint32), "F64": (np.float64, np.uint64)}[wide]
+    with np.errstate(invalid="ignore"):
+        return raw.view(source).astype(target).view(bits)

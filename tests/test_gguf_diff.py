@@ -1,0 +1,178 @@
+"""``diff HF GGUF``: an HF checkpoint against what llama.cpp's own converter wrote from it.
+
+The GGUF files are the corpus of ``tests/test_gguf.py`` (``tests/data/llamacpp_gguf``:
+llama.cpp ``0c1e57098``'s ``convert_hf_to_gguf.py`` run on the shipped fixtures); the HF side
+is the fixture each was converted from.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mtpcheck.formats import open_checkpoint
+from mtpcheck.mapping.gguf_names import BY_ARCH, plan_gguf
+from tests.conftest import FIXTURES, flip_bit
+from tests.test_gguf import NEXTN, _gguf
+from tests.thirdparty.tools import require
+
+EXPORTED = sorted(NEXTN)
+"""Fixtures llama.cpp converts with their nextn layer."""
+
+
+def _diff(run_cli, *args: str | Path, code: int = 0) -> dict:
+    run = run_cli("diff", *args, "--format", "json")
+    assert run.exit_code == code, run
+    return json.loads(run.stdout)
+
+
+def _tensor_check(report: dict) -> dict:
+    (check,) = [c for c in report["checks"] if c["name"] == "tensors"]
+    return check
+
+
+@pytest.mark.parametrize("outtype", ["f32", "bf16"])
+@pytest.mark.parametrize("fixture", EXPORTED)
+def test_the_mtp_scope_is_bit_identical_to_its_source(run_cli, fixture: str, outtype: str) -> None:
+    """F32 and BF16 outputs: every MTP tensor equal byte for byte once named, stacked (the
+    experts), widened (BF16 -> F32) and, for Qwen, plus one (the norms) as llama.cpp does."""
+    report = _diff(run_cli, FIXTURES / fixture, _gguf(f"{fixture}__{outtype}__full"))
+    tensors = report["tensors"]
+    assert tensors and {t["status"] for t in tensors} == {"equal"}
+    names = {t["name"] for t in tensors}
+    block = NEXTN[fixture]
+    assert f"blk.{block}.nextn.eh_proj.weight" in names
+    assert f"blk.{block}.nextn.enorm.weight" in names
+    assert any(n.startswith(f"blk.{block}.attn_") for n in names)
+    assert report["ok"]
+
+
+@pytest.mark.parametrize("fixture", EXPORTED)
+def test_every_mapped_tensor_is_bit_identical(run_cli, fixture: str) -> None:
+    """``--all``: the whole file, with only what the converter re-lays out listed as not
+    compared (gated-delta-net projections and their ``ssm_*`` counterparts)."""
+    report = _diff(run_cli, FIXTURES / fixture, _gguf(f"{fixture}__bf16__full"), "--all")
+    assert {t["status"] for t in report["tensors"]} == {"equal"}
+    outside = [
+        f for f in _tensor_check(report)["findings"] if f["subject"] == "outside the mapping"
+    ]
+    for finding in outside:
+        assert finding["status"] == "skip"
+        for name in finding["details"]["names"]:  # linear attention only, never the MTP block
+            assert "linear_attn" in name or not name.startswith(f"blk.{NEXTN[fixture]}.")
+            assert not name.startswith("mtp.")
+    assert bool(outside) == fixture.startswith(("qwen3_next", "accept_qwen3_next", "qwen3_5"))
+
+
+def test_the_experts_are_stacked_in_expert_order(run_cli) -> None:
+    ckpt = open_checkpoint(FIXTURES / "glm4_moe")
+    plan = plan_gguf(BY_ARCH["glm4moe"], ckpt.tensors, hidden=2)
+    target = plan.targets["blk.2.ffn_gate_exps.weight"]
+    assert target.sources == tuple(
+        f"model.layers.2.mlp.experts.{e}.gate_proj.weight" for e in range(4)
+    )
+    stored = open_checkpoint(_gguf("glm4_moe__bf16__full")).tensors[target.name]
+    assert stored.shape == (4, *ckpt.tensors[target.sources[0]].shape)
+
+
+def test_q8_0_is_reported_quantized_and_dequantized_within_half_a_step(run_cli) -> None:
+    """Q8_0 output: rows of 32 become Q8_0, shorter ones F16 (the converter's fallback); each
+    is quantized, not equal, and ``--dequantize`` measures it against the BF16 source."""
+    gguf = _gguf("glm4_moe__q8_0__full")
+    plain = _diff(run_cli, FIXTURES / "glm4_moe", gguf)
+    quantized = {t["name"]: t for t in plain["tensors"] if t["status"] == "quantized"}
+    assert quantized["blk.2.nextn.eh_proj.weight"]["storage"] == ["BF16", "GGUF Q8_0"]
+    assert quantized["blk.2.attn_q.weight"]["storage"] == ["BF16", "GGUF F16"]
+    assert plain["ok"]
+    measured = _diff(run_cli, FIXTURES / "glm4_moe", gguf, "--dequantize")
+    steps = {t["name"]: t["steps"] for t in measured["tensors"] if t["status"] == "quantized"}
+    assert steps.keys() == quantized.keys()
+    assert 0 < steps["blk.2.nextn.eh_proj.weight"] <= 0.51  # the F16 scale's own rounding
+    assert steps["blk.2.attn_q.weight"] == 0.0  # BF16 values fit F16 exactly here
+    assert measured["ok"]
+
+
+def test_a_flipped_quant_in_a_q8_0_block_is_many_steps_off(run_cli, tmp_path: Path) -> None:
+    damaged = tmp_path / "glm.gguf"
+    shutil.copy(_gguf("glm4_moe__q8_0__full"), damaged)
+    meta = open_checkpoint(damaged).tensors["blk.2.nextn.eh_proj.weight"]
+    flip_bit(damaged, meta.offset + 2 + 5, bit=6)  # block 0: 2 bytes of scale, then int8 q
+    report = _diff(run_cli, FIXTURES / "glm4_moe", damaged, "--dequantize", code=1)
+    (bad,) = [f for f in _tensor_check(report)["findings"] if f["status"] == "fail"]
+    assert bad["subject"] == "blk.2.nextn.eh_proj.weight"
+    assert bad["details"]["steps"] >= 63
+    assert bad["message"].endswith("the stored values are not the source's")
+
+
+def test_a_flipped_bit_in_a_bf16_gguf_is_found(run_cli, tmp_path: Path) -> None:
+    damaged = tmp_path / "qwen.gguf"
+    shutil.copy(_gguf("qwen3_next__bf16__full"), damaged)
+    meta = open_checkpoint(damaged).tensors["blk.2.nextn.eh_proj.weight"]
+    flip_bit(damaged, meta.offset + 10, bit=1)
+    report = _diff(run_cli, FIXTURES / "qwen3_next", damaged, code=1)
+    (bad,) = [t for t in report["tensors"] if t["status"] != "equal"]
+    assert (bad["name"], bad["status"], bad["differing_elements"]) == (
+        "blk.2.nextn.eh_proj.weight",
+        "bits_differ",
+        1,
+    )
+
+
+def test_deepseek_v3_lost_its_mtp_layer_in_conversion(run_cli) -> None:
+    """This converter writes DeepSeek-V3 without the MTP layer: the diff fails on the count
+    and names every MTP tensor missing, and says why."""
+    report = _diff(run_cli, FIXTURES / "deepseek_v3", _gguf("deepseek_v3__bf16__full"), code=1)
+    (config,) = [c for c in report["checks"] if c["name"] == "config"]
+    (count,) = [f for f in config["findings"] if f["status"] == "fail"]
+    assert count["subject"] == "nextn_predict_layers"
+    missing = {t["name"] for t in report["tensors"] if t["status"] == "missing"}
+    assert "blk.2.nextn.eh_proj.weight" in missing and "blk.2.ffn_gate_exps.weight" in missing
+    assert all(n.startswith("blk.2.") for n in missing)
+    notes = {f["subject"]: f["message"] for f in _tensor_check(report)["findings"]}
+    assert "not supported for DeepseekV3ForCausalLM" in notes["llama.cpp MTP export"]
+    main = _diff(
+        run_cli, FIXTURES / "deepseek_v3", _gguf("deepseek_v3__f32__full"), "--all", code=1
+    )
+    kept = {t["name"] for t in main["tensors"] if t["status"] == "equal"}
+    assert "blk.1.ffn_gate_exps.weight" in kept and "blk.0.attn_kv_a_mqa.weight" in kept
+
+
+def test_another_models_gguf_is_refused(run_cli) -> None:
+    run = run_cli("diff", FIXTURES / "glm4_moe", _gguf("qwen3_next__bf16__full"))
+    assert run.exit_code == 2
+    assert "is a Glm4MoeForCausalLM checkpoint" in run.stderr
+    assert "llama.cpp's qwen3next, converted from Qwen3NextForCausalLM" in run.stderr
+
+
+@pytest.mark.parametrize("fixture", [*EXPORTED, "deepseek_v3"])
+def test_the_names_are_gguf_pys_own(fixture: str) -> None:
+    """Every name of the rules, for every tensor of the fixture, is the one gguf-py's
+    ``TensorNameMap`` (what the converter calls) gives the HF name after the converter's own
+    renames; the stacked experts map through their merged name."""
+    require("gguf")
+    import gguf
+
+    ckpt = open_checkpoint(FIXTURES / fixture)
+    arch = BY_ARCH[open_checkpoint(_gguf(f"{fixture}__f32__full")).config["architecture"]]
+    hidden = ckpt.config["num_hidden_layers"]
+    plan = plan_gguf(arch, ckpt.tensors, hidden)
+    model_arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch.arch)
+    names = gguf.get_tensor_name_map(model_arch, hidden + 1)
+    suffixes = (".weight", ".bias")
+    for target, rule in plan.targets.items():
+        source = rule.sources[0]
+        if arch.qwen_mtp and source.startswith("mtp."):
+            continue  # renamed first; checked through the converted file below
+        if not arch.exports_mtp and target.startswith(f"blk.{hidden}."):
+            continue  # gguf-py gives deepseek2 no nextn tensors: there is nothing to match
+        if len(rule.sources) > 1:  # experts: the converter maps the merged name
+            source = source.replace(".experts.0.", ".experts.")
+        # conversion/base.py map_tensor_name renames the router bias before the lookup
+        source = source.replace("e_score_correction_bias", "e_score_correction.bias")
+        assert names.get_name(source, try_suffixes=suffixes) == target, source
+    written = set(open_checkpoint(_gguf(f"{fixture}__f32__full")).tensors)
+    if arch.exports_mtp:
+        assert set(plan.targets) <= written
