@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.header_match import compare_by_headers
 from mtpcheck.checks.quant_checks import quantization_check
@@ -232,13 +234,29 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     return CheckResult("shared-copies", "MTP copies of embedding and head", tuple(findings))
 
 
+def _with_draft_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
+    """A GGUF file without a nextn layer: where its draft, if one was split off, would be."""
+    drafts = getattr(ckpt, "drafts_beside", None)  # GGUF files that declare no nextn layer
+    if analysis.declared.value or drafts is None:
+        return check
+    if drafts:
+        found = ", ".join(drafts)
+        message = f"no nextn layer in this file; {found} beside it: check the pair with --draft"
+    else:
+        message = (
+            "no nextn layer in this file; llama.cpp's --mtp writes a split-off MTP head to "
+            "mtp-<name>.gguf, and none is beside it"
+        )
+    return replace(check, findings=(*check.findings, Finding("draft", Status.INFO, message)))
+
+
 def inspect_report(ckpt: Checkpoint) -> Report:
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
     quantization = quantization_check(analysis, ckpt.tensors, declared_scheme(ckpt))
     checks = (
         integrity_check([("", ckpt)]),
         family_check(analysis),
-        count_check(analysis),
+        _with_draft_note(count_check(analysis), ckpt, analysis),
         layers_check(analysis),
         shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),

@@ -33,10 +33,17 @@ FETCH = click.option(
 @cli.command()
 @click.argument("path")
 @FETCH
+@click.option(
+    "--draft",
+    metavar="DRAFT",
+    help="For a GGUF target written without its nextn layer (llama.cpp's --no-mtp): the MTP "
+    "draft file split off from it (--mtp, mtp-NAME.gguf); the two are audited as one model.",
+)
 @output_options
 def inspect(
     path: str,
     fetch: bool,
+    draft: str | None,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -54,6 +61,10 @@ def inspect(
         from mtpcheck.checks.inspect_checks import inspect_report
         from mtpcheck.formats import open_input
 
+        if draft is not None:
+            from mtpcheck.formats.gguf import open_target_and_draft
+
+            return inspect_report(open_target_and_draft(Path(path), Path(draft)))
         return inspect_report(open_input(path, trust_pickle, fetch, opts.log))
 
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)

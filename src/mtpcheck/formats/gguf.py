@@ -16,9 +16,10 @@ safetensors give them.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -73,6 +74,8 @@ class GgufCheckpoint:
     cross_checked: str = "a GGUF header"
     format: str = FORMAT
     naming: Naming = Naming.GGUF
+    drafts_beside: tuple[str, ...] | None = None
+    """For a file declaring no nextn layer: the ``mtp-*.gguf`` drafts in its directory."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
@@ -115,8 +118,20 @@ class _Header:
         raise InputError(self.path, f"unknown GGUF metadata value type {kind}")
 
 
-def read_gguf(path: Path) -> GgufCheckpoint:
-    """Open one GGUF file: its header only."""
+@dataclass(frozen=True)
+class _File:
+    """The header of one GGUF file: its metadata and tensors (absolute offsets)."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: dict[str, TensorMeta]
+
+    @property
+    def unreadable(self) -> list[str]:
+        return sorted(n for n, m in self.tensors.items() if not m.readable)
+
+
+def _read_file(path: Path) -> _File:
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -141,25 +156,113 @@ def read_gguf(path: Path) -> GgufCheckpoint:
         if name in tensors:
             raise InputError(path, f"tensor {name!r} is declared twice in the GGUF header")
         tensors[name] = _meta(path, name, dims, type_id, data_start + offset, size)
-    cut = sorted(n for n, m in tensors.items() if not m.readable)
-    issues = (
-        (
-            IntegrityIssue(
-                "truncated-file",
-                path.name,
-                f"{path.name} ends before the bytes of {len(cut)} tensor(s) "
-                f"({', '.join(cut[:3])}{' ...' if len(cut) > 3 else ''})",
-            ),
+    return _File(path, metadata, tensors)
+
+
+def _truncated(file: _File) -> tuple[IntegrityIssue, ...]:
+    cut = file.unreadable
+    if not cut:
+        return ()
+    few = ", ".join(cut[:3]) + (" ..." if len(cut) > 3 else "")
+    name = file.path.name
+    message = f"{name} ends before the bytes of {len(cut)} tensor(s) ({few})"
+    return (IntegrityIssue("truncated-file", name, message),)
+
+
+DRAFT_PREFIX = "mtp-"
+"""llama.cpp's converter names a ``--mtp`` draft file ``mtp-<model>.gguf``."""
+SPLIT_NAME = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+"""gguf-py's shard names (``SHARD_NAME_FORMAT``): ``NAME-00001-of-00003.gguf``."""
+
+
+def _shards(path: Path) -> list[Path] | None:
+    """Every shard of the split set ``path`` names, in order; None for a single file."""
+    m = SPLIT_NAME.fullmatch(path.name)
+    if m is None:
+        return None
+    count = int(m["count"])
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def _split_issues(files: list[_File], shards: list[Path]) -> list[IntegrityIssue]:
+    issues: list[IntegrityIssue] = []
+    total = sum(len(f.tensors) for f in files)
+    for no, file in enumerate(files):
+        count, at = file.metadata.get("split.count"), file.metadata.get("split.no")
+        if (count, at) != (len(shards), shards.index(file.path)):
+            issues.append(
+                IntegrityIssue(
+                    "split-mismatch",
+                    file.path.name,
+                    f"{file.path.name} says it is shard {at} of {count}; its name says "
+                    f"{shards.index(file.path)} of {len(shards)}",
+                )
+            )
+        declared = file.metadata.get("split.tensors.count")
+        if (
+            no == 0
+            and isinstance(declared, int)
+            and declared != total
+            and len(files) == len(shards)
+        ):
+            issues.append(
+                IntegrityIssue(
+                    "split-tensor-count",
+                    file.path.name,
+                    f"split.tensors.count is {declared}; the {len(shards)} shards hold {total}",
+                )
+            )
+    return issues
+
+
+def read_gguf(path: Path) -> GgufCheckpoint:
+    """Open one GGUF file, or the split set it is a shard of: headers only."""
+    shards = _shards(path)
+    if shards is None:
+        file = _read_file(path)
+        return _checkpoint(path, [file], list(_truncated(file)), "a GGUF header")
+
+    present = [s for s in shards if s.exists()]
+    files = [_read_file(s) for s in present]
+    issues = [
+        IntegrityIssue("missing-shard", s.name, f"{s.name} of the split set is missing")
+        for s in shards
+        if not s.exists()
+    ]
+    issues += _split_issues(files, shards)
+    for file in files:
+        issues += _truncated(file)
+    return _checkpoint(path, files, issues, f"{len(shards)} GGUF shard headers")
+
+
+def _checkpoint(
+    path: Path, files: list[_File], issues: list[IntegrityIssue], checked: str
+) -> GgufCheckpoint:
+    tensors: dict[str, TensorMeta] = {}
+    for file in files:
+        for name, meta in file.tensors.items():
+            if name in tensors:
+                raise InputError(
+                    file.path, f"tensor {name!r} is also in {Path(tensors[name].file).name}"
+                )
+            tensors[name] = meta
+    first = next((f for f in files if not f.metadata.get("split.no")), files[0] if files else None)
+    if first is None:
+        raise InputError(path, "no shard of the split set is present")
+    config = gguf_config(first.metadata)
+    drafts = None
+    if not config.get("nextn_predict_layers") and not path.name.startswith(DRAFT_PREFIX):
+        drafts = tuple(  # where llama.cpp's --mtp would have put a draft
+            sorted(f.name for f in path.parent.glob(DRAFT_PREFIX + "*" + SUFFIX) if _is_first(f))
         )
-        if cut
-        else ()
-    )
     return GgufCheckpoint(
         path=str(path),
-        config=gguf_config(metadata),
-        config_path=str(path),
+        config=config,
+        drafts_beside=drafts,
+        config_path=str(first.path),
         tensors=dict(sorted(tensors.items())),
-        issues=issues,
+        issues=tuple(issues),
+        cross_checked=checked,
     )
 
 
@@ -211,8 +314,94 @@ def gguf_config(metadata: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+SHARED = ("token_embd.weight", "output.weight", "output_norm.weight")
+"""What a draft repeats of its target (the converter's ``--mtp`` keeps them)."""
+
+
+def _is_first(path: Path) -> bool:
+    m = SPLIT_NAME.fullmatch(path.name)
+    return m is None or int(m["no"]) == 1
+
+
+def _models(directory: Path) -> list[Path]:
+    """One path per model in ``directory``: a single file, or the first shard of a set."""
+    models: dict[str, Path] = {}
+    for file in sorted(directory.glob("*" + SUFFIX)):
+        m = SPLIT_NAME.fullmatch(file.name)
+        models.setdefault(m["stem"] if m else file.stem, file)
+    return list(models.values())
+
+
+def _pair_issues(target: GgufCheckpoint, draft: GgufCheckpoint) -> list[IntegrityIssue]:
+    """Where ``draft`` does not fit ``target``: a different model, vocabulary or width, or
+    its nextn layer not where the target's main blocks end."""
+    name = Path(draft.path).name
+    tc, dc = target.config, draft.config
+    problems = [
+        f"{key} {dc.get(key)!r}, the target's is {tc.get(key)!r}"
+        for key in ("architecture", "hidden_size")
+        if tc.get(key) != dc.get(key)
+    ]
+    if not dc.get("nextn_predict_layers"):
+        problems.append("it declares no nextn layer")
+    elif dc.get("num_hidden_layers") != tc.get("num_hidden_layers"):
+        problems.append(
+            f"its nextn layer follows {dc.get('num_hidden_layers')} main blocks; "
+            f"the target has {tc.get('num_hidden_layers')}"
+        )
+    vocab = "tokenizer.ggml.tokens"
+    if vocab in tc and vocab in dc and tc[vocab] != dc[vocab]:
+        problems.append(f"its vocabulary ({len(dc[vocab])} tokens) is not the target's")
+    for shared in SHARED:
+        a, b = target.tensors.get(shared), draft.tensors.get(shared)
+        if a is not None and b is not None and (a.dtype, a.shape) != (b.dtype, b.shape):
+            problems.append(
+                f"{shared} is {b.dtype}{list(b.shape)}, the target's {a.dtype}{list(a.shape)}"
+            )
+    return [IntegrityIssue("draft-mismatch", name, f"the draft {name}: {p}") for p in problems]
+
+
+def open_pair(target_path: Path, draft_path: Path) -> GgufCheckpoint:
+    """A target GGUF and the MTP draft split off from it (``--mtp``), as one checkpoint: the
+    target's tensors and the draft's nextn blocks, the draft's declaration of them, and a
+    finding for every way the draft does not fit the target."""
+    target, draft = read_gguf(target_path), read_gguf(draft_path)
+    if target.config.get("nextn_predict_layers"):
+        raise InputError(
+            target_path, "already holds its nextn layer; --draft is for a target written --no-mtp"
+        )
+    hidden = draft.config.get("num_hidden_layers")
+    own = {
+        n: m
+        for n, m in draft.tensors.items()
+        if isinstance(hidden, int) and n.startswith("blk.") and int(n.split(".")[1]) >= hidden
+    }
+    config = dict(target.config)
+    for key in ("nextn_predict_layers", "block_count"):
+        if key in draft.config:
+            config[key] = draft.config[key]
+    return replace(
+        target,
+        config=config,
+        tensors=dict(sorted({**target.tensors, **own}.items())),
+        issues=(*target.issues, *draft.issues, *_pair_issues(target, draft)),
+        cross_checked=f"{target.cross_checked} and its draft {Path(draft.path).name}",
+        drafts_beside=None,
+    )
+
+
+def open_target_and_draft(target: Path, draft: Path) -> GgufCheckpoint:
+    """``inspect TARGET --draft DRAFT``: both must be GGUF files (or a shard of a set)."""
+    for path in (target, draft):
+        if not path.is_file():
+            reason = "is a directory" if path.is_dir() else "no such file"
+            raise InputError(path, f"{reason}: --draft pairs two GGUF files")
+    return open_pair(target, draft)
+
+
 class GgufReader:
-    """Reader for single GGUF files (or a directory holding exactly one, and no safetensors)."""
+    """Reader for GGUF files: one file, a split set (any shard, or the directory holding it),
+    or a directory holding a target and its ``mtp-`` draft (and no safetensors)."""
 
     name = FORMAT
 
@@ -224,12 +413,16 @@ class GgufReader:
         return bool(list(path.glob("*" + SUFFIX)))
 
     def open(self, path: Path) -> GgufCheckpoint:
-        if path.is_dir():
-            files = sorted(path.glob("*" + SUFFIX))
-            if len(files) != 1:
-                raise InputError(path, f"holds {len(files)} GGUF files; name the one to open")
-            path = files[0]
-        return read_gguf(path)
+        if not path.is_dir():
+            return read_gguf(path)
+        models = _models(path)
+        drafts = [m for m in models if m.name.startswith(DRAFT_PREFIX)]
+        targets = [m for m in models if not m.name.startswith(DRAFT_PREFIX)]
+        if len(models) == 1:
+            return read_gguf(models[0])
+        if len(targets) == 1 and len(drafts) == 1:
+            return open_pair(targets[0], drafts[0])
+        raise InputError(path, f"holds {len(models)} GGUF models; name the one to open")
 
 
 def _has_magic(path: Path) -> bool:

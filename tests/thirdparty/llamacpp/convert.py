@@ -178,6 +178,12 @@ def main() -> int:
         type=Path,
         default=Path(os.environ.get("LLAMACPP_SRC", "/work/venvs/llamacpp-src")) / "llama.cpp",
     )
+    ap.add_argument(
+        "--split-max-tensors",
+        type=int,
+        default=0,
+        help="passed on: the converter writes NAME-0000i-of-0000N.gguf shards of N tensors",
+    )
     ap.add_argument("--no-dump", action="store_true")
     args = ap.parse_args()
 
@@ -194,7 +200,13 @@ def main() -> int:
         "mode": args.mode,
         "options": {
             k: getattr(args, k)
-            for k in ("tokenizer", "trim_vocab", "glm_specials", "tokpre_fallback")
+            for k in (
+                "tokenizer",
+                "trim_vocab",
+                "glm_specials",
+                "tokpre_fallback",
+                "split_max_tensors",
+            )
         },
         "versions": {
             **(json.loads(versions_file.read_text()) if versions_file.exists() else {}),
@@ -205,6 +217,8 @@ def main() -> int:
         staged = Path(tmp) / fixture.name
         record["staging"] = stage(fixture, staged, args)
         conv_args = [str(staged), "--outtype", args.outtype, "--outfile", str(out) + os.sep]
+        if args.split_max_tensors:
+            conv_args += ["--split-max-tensors", str(args.split_max_tensors)]
         if args.mode == "no-mtp":
             conv_args.append("--no-mtp")
         elif args.mode == "mtp":

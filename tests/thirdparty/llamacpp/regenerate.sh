@@ -47,5 +47,13 @@ if [[ " $FIXTURES " == *" accept_deepseek_v3 "* ]]; then
     python3 "$HERE/convert.py" "$REPO/fixtures/accept_deepseek_v3" "$OUT/accept_deepseek_v3__f32__full__no-tokpre-patch" --tokpre-fallback none || true
 fi
 
+# Split files: the converter's --split-max-tensors writes NAME-0000i-of-0000N.gguf shards.
+if [[ " $FIXTURES " == *" glm4_moe "* ]]; then
+    python3 "$HERE/convert.py" "$REPO/fixtures/glm4_moe" "$OUT/glm4_moe__bf16__full__split" --outtype bf16 --split-max-tensors 20 || true
+fi
+if [[ " $FIXTURES " == *" qwen3_next "* ]]; then
+    python3 "$HERE/convert.py" "$REPO/fixtures/qwen3_next" "$OUT/qwen3_next__bf16__mtp__split" --outtype bf16 --mode mtp --split-max-tensors 10 || true
+fi
+
 python3 "$HERE/summarize.py" "$OUT"
 echo "corpus: $OUT ($(du -sh "$OUT" | cut -f1)), $(( $(date +%s) - t0 )) s"
