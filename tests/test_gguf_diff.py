@@ -176,3 +176,22 @@ def test_the_names_are_gguf_pys_own(fixture: str) -> None:
     written = set(open_checkpoint(_gguf(f"{fixture}__f32__full")).tensors)
     if arch.exports_mtp:
         assert set(plan.targets) <= written
+
+
+def test_deepseek_v3_q8_0_main_layers_dequantize_within_their_steps(run_cli) -> None:
+    gguf = _gguf("deepseek_v3__q8_0__full")
+    report = _diff(run_cli, FIXTURES / "deepseek_v3", gguf, "--all", "--dequantize", code=1)
+    quantized = [t for t in report["tensors"] if t["status"] == "quantized"]
+    assert any(t["storage"] == ["BF16", "GGUF Q8_0"] for t in quantized)
+    assert quantized and all(t["steps"] <= 0.55 for t in quantized)
+    missing = {t["name"] for t in report["tensors"] if t["status"] == "missing"}
+    assert missing and all(n.startswith("blk.2.") for n in missing)
+
+
+def test_the_gguf_may_be_either_side(run_cli) -> None:
+    gguf = _gguf("qwen3_5_text__q8_0__full")
+    report = _diff(run_cli, gguf, FIXTURES / "qwen3_5_text", "--dequantize")
+    quantized = [t for t in report["tensors"] if t["status"] == "quantized"]
+    assert quantized and all(t["storage"][0] == "GGUF Q8_0" for t in quantized)
+    assert all(0 < t["steps"] <= 0.55 for t in quantized)
+    assert report["inputs"][1]["format"] == "hf-safetensors as gguf"
