@@ -195,3 +195,88 @@ def test_the_gguf_may_be_either_side(run_cli) -> None:
     assert quantized and all(t["storage"][0] == "GGUF Q8_0" for t in quantized)
     assert all(0 < t["steps"] <= 0.55 for t in quantized)
     assert report["inputs"][1]["format"] == "hf-safetensors as gguf"
+
+
+@pytest.mark.parametrize("code", ["Q8_0", "Q4_K", "Q6_K"])
+def test_the_block_decoders_agree_with_gguf_py(code: str) -> None:
+    """Random blocks (finite F16 scales) decode to gguf-py's own ``dequantize`` values."""
+    require("gguf")
+    import gguf
+    import numpy as np
+    from gguf.quants import dequantize
+
+    from mtpcheck.checks.gguf_pairs import _values
+    from mtpcheck.dtypes import DTYPES
+
+    size = DTYPES[code].block_bytes
+    blocks = np.random.default_rng(1).integers(0, 256, size=(9, size), dtype=np.uint8)
+    scales = {"Q8_0": (0, [0.01]), "Q4_K": (0, [0.01, 0.002]), "Q6_K": (size - 2, [0.01])}
+    at, values = scales[code]
+    blocks[:, at : at + 2 * len(values)] = np.frombuffer(np.array(values, "<f2").tobytes(), "u1")
+    ours, step, low, high = _values(blocks.tobytes(), code)
+    theirs = dequantize(blocks.reshape(-1), gguf.GGMLQuantizationType[code]).reshape(-1)
+    assert np.array_equal(ours.astype(np.float32), theirs)
+    assert step.shape == ours.shape and (step > 0).any()
+    assert ((low <= ours) & (ours <= high)).all() and (low < high).any()
+
+
+KQUANT = Path(__file__).resolve().parent / "data" / "llamacpp_kquant"
+WIDE = KQUANT / "glm4_moe_wide"
+"""The GLM-4.5 fixture at width 256 (rows long enough for a K-quant block of 256)."""
+Q4_K_M = KQUANT / "glm4_moe_wide__q4_k_m" / "Glm4_Moe_Wide-Q4_K_M.gguf"
+"""``WIDE`` converted by llama.cpp's converter (BF16), then stored ``Q4_K_M`` by its
+``llama-quantize`` (``tests/thirdparty/llamacpp/quantize.sh``)."""
+
+
+def test_llama_quantize_k_quants_are_within_half_a_step_of_the_source(run_cli) -> None:
+    """``Q4_K_M`` mixes Q4_K and Q6_K (and keeps norms and the router F32): each quantized
+    tensor, the nextn layer's included, decodes to the source's values rounded to its grid,
+    measured from the nearest end of its block's range where the source lies beyond it."""
+    plain = _diff(run_cli, WIDE, Q4_K_M, "--all")
+    storage = {t["name"]: t["storage"][1] for t in plain["tensors"] if t["status"] == "quantized"}
+    assert storage["blk.2.nextn.eh_proj.weight"] == "GGUF Q4_K"
+    assert storage["blk.2.ffn_down_exps.weight"] == "GGUF Q6_K"
+    assert storage["output.weight"] == "GGUF Q6_K"
+    assert set(storage.values()) == {"GGUF Q4_K", "GGUF Q6_K"}
+    equal = {t["name"] for t in plain["tensors"] if t["status"] == "equal"}
+    assert "blk.2.nextn.enorm.weight" in equal and "blk.2.ffn_gate_inp.weight" in equal
+    assert plain["ok"]
+    measured = _diff(run_cli, WIDE, Q4_K_M, "--all", "--dequantize")
+    steps = {t["name"]: t["steps"] for t in measured["tensors"] if t["status"] == "quantized"}
+    assert steps.keys() == storage.keys()
+    assert all(0.4 < s <= 0.5 for s in steps.values()), steps
+    assert measured["ok"]
+
+
+def test_the_k_quant_file_passes_inspect_with_its_head_copy_quantized_apart(run_cli) -> None:
+    """llama-quantize stores the nextn layer's head copy Q4_K where ``output`` is Q6_K: not
+    comparable bit for bit, said as such; the embedding copy (both Q4_K) is bit-identical."""
+    run = run_cli("inspect", Q4_K_M, "--format", "json")
+    assert run.exit_code == 0, run
+    report = json.loads(run.stdout)
+    (copies,) = [c for c in report["checks"] if c["name"] == "shared-copies"]
+    found = {f["subject"]: (f["status"], f["message"]) for f in copies["findings"]}
+    assert found["blk.2.nextn.embed_tokens.weight"][0] == "pass"
+    status, message = found["blk.2.nextn.shared_head_head.weight"]
+    assert status == "info" and "stored Q4_K, output.weight Q6_K" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "bit", "at_least"),
+    [
+        (4 + 12 + 5, 3, 7.5),  # block 0's sixth quant byte: a nibble's top bit, 8 steps
+        (4 + 1, 4, 1.5),  # block 0's second sub-block scale: its 6-bit sc from 1 to 17 or so
+    ],
+    ids=["quant", "scale"],
+)
+def test_a_flipped_bit_in_a_q4_k_block_is_steps_off(
+    run_cli, tmp_path: Path, where: int, bit: int, at_least: float
+) -> None:
+    damaged = tmp_path / Q4_K_M.name
+    shutil.copy(Q4_K_M, damaged)
+    meta = open_checkpoint(damaged).tensors["blk.2.nextn.eh_proj.weight"]
+    flip_bit(damaged, meta.offset + where, bit=bit)
+    report = _diff(run_cli, WIDE, damaged, "--dequantize", code=1)
+    (bad,) = [f for f in _tensor_check(report)["findings"] if f["status"] == "fail"]
+    assert bad["subject"] == "blk.2.nextn.eh_proj.weight"
+    assert bad["details"]["steps"] >= at_least

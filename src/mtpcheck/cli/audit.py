@@ -81,7 +81,8 @@ def inspect(
     "--dequantize",
     is_flag=True,
     help="Dequantize tensors one side stores quantized and measure them against the other "
-    "side's full-precision values, in quantization steps (FP8, INT8, packed INTn, NVFP4).",
+    "side's full-precision values, in quantization steps (FP8, INT8, packed INTn, NVFP4; GGUF "
+    "Q8_0, Q4_K, Q6_K).",
 )
 @FETCH
 @MEGATRON_LAYOUT
