@@ -141,13 +141,22 @@ def print_table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
-def check_free_disk(where: Path, needed: int) -> None:
+def disk_shortfall(where: Path, needed: int) -> str | None:
+    """Why ``needed`` bytes (plus a 20 % margin) do not fit under ``where``; None if they do."""
     free = os.statvfs(where).f_bavail * os.statvfs(where).f_frsize
     if free < needed * 1.2:
-        sys.exit(
+        return (
             f"benchmark needs about {needed / GIB:.1f} GiB free under {where}, "
             f"{free / GIB:.1f} GiB free (use --workdir)"
         )
+    return None
+
+
+def check_free_disk(where: Path, needed: int) -> None:
+    """Exit with the reason when ``needed`` bytes do not fit under ``where``."""
+    reason = disk_shortfall(where, needed)
+    if reason is not None:
+        sys.exit(reason)
 
 
 # --- safetensors writers -------------------------------------------------------------------
@@ -196,11 +205,23 @@ def write_sparse_shard(path: Path, entries: list[tuple[str, str, tuple[int, ...]
     return len(head) + size
 
 
+# clears the top exponent bit of a byte: the high byte of a little-endian BF16, F16 or F32
+_FINITE_HIGH_BYTE = bytes(b & 0xBF for b in range(256))
+
+
 def _random_block(seed: int, size: int = 8 * MIB + 4096) -> bytes:
-    """An odd-sized random block, so consecutive tensors do not repeat each other exactly."""
+    """An odd-sized random block, so consecutive tensors do not repeat each other exactly.
+
+    Every odd byte (the high byte of each 2-byte element, as the block is laid at even
+    offsets) has its top exponent bit cleared, so BF16 and F16 values are finite (|x| < 2):
+    raw random bits hold infinities and NaNs, which no real checkpoint does and which
+    ``inspect``'s value statistics need not expect.
+    """
     import random
 
-    return random.Random(seed).randbytes(size)
+    block = bytearray(random.Random(seed).randbytes(size))
+    block[1::2] = block[1::2].translate(_FINITE_HIGH_BYTE)
+    return bytes(block)
 
 
 def write_index(root: Path, weight_map: dict[str, str], total: int) -> None:
@@ -244,6 +265,51 @@ def warm_cache(paths: Iterable[Path]) -> None:
         with open(p, "rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
+
+
+# --- the disk's own bandwidth ----------------------------------------------------------------
+
+
+def time_write(path: Path, nbytes: int, fsync: bool, block: int = 8 * MIB) -> float:
+    """Seconds to write ``nbytes`` of random data to a new file with ``os.write`` (then
+    ``fsync`` it, if asked): the page cache's and the disk's rate for a stage's amount."""
+    data = memoryview(_random_block(7, block))
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = nbytes
+        while left:
+            left -= os.write(fd, data[: min(left, block)])
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def time_read(path: Path, direct: bool, block: int = 8 * MIB) -> float:
+    """Seconds to read ``path`` once: from the disk (``O_DIRECT``, the page cache bypassed)
+    or through the page cache (as it is)."""
+    import mmap
+
+    buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
+    start = time.perf_counter()
+    fd = os.open(path, flags)
+    try:
+        while os.readv(fd, [buf]):
+            pass
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def time_unlink(path: Path) -> float:
+    """Seconds to delete a file (blocks freed; on a file system mounted with ``discard``,
+    trimmed)."""
+    start = time.perf_counter()
+    path.unlink()
+    return time.perf_counter() - start
 
 
 def files_under(root: Path) -> list[Path]:

@@ -23,6 +23,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.formats.megatron_common import canonical_name
 from mtpcheck.mapping import as_megatron
+from mtpcheck.mapping.rules import Kind
 from tests.conftest import FIXTURES
 from tests.megatron_models import build_gpt_model, strict_load
 
@@ -188,3 +189,45 @@ def test_megatron_to_hf_copies_in_the_kernel_and_without_it_alike(
     assert fc1_halves and in_kernel >= sum(hf.tensors[n].nbytes for n in fc1_halves)
     assert in_kernel <= total - sum(hf.tensors[n].nbytes for n in computed)
     assert open_checkpoint(tmp_path / "fast").tensors.keys() == hf.tensors.keys()
+
+
+def test_two_writer_threads_and_kernel_copies_write_a_strictly_loadable_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the round trip's stage 1 runs: two ``.distcp`` files written at once, plain copies
+    copied file to file (``copy_file_range``; the fixtures' tensors are below the size that
+    earns a system call, so the threshold is lowered). megatron-core loads the result with
+    ``RAISE_ALL`` and every tensor holds the mapped source's bytes."""
+    import os
+
+    from mtpcheck.convert import torch_dist_writer
+
+    hf = open_checkpoint(FIXTURES / "mimo")
+    expected = as_megatron(hf)
+    copied: list[int] = []
+    real = os.copy_file_range
+
+    def counting(src: int, dst: int, count: int, *args: int) -> int:
+        n = real(src, dst, count, *args)
+        copied.append(n)
+        return n
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    monkeypatch.setattr(torch_dist_writer, "KERNEL_COPY_MIN", 1)
+    ckpt_dir = hf_to_megatron(hf, tmp_path / "megatron", durable=False, writer_threads=2)
+
+    assert sorted(p.name for p in ckpt_dir.glob("*.distcp")) == ["__0_0.distcp", "__0_1.distcp"]
+    kinds = {n: m.kind for n, m in expected.plan.by_megatron().items()}
+    plain = sum(expected.tensors[n].nbytes for n, k in kinds.items() if k is Kind.COPY)
+    computed = sum(expected.tensors[n].nbytes for n, k in kinds.items() if k is Kind.QKV)
+    total = sum(m.nbytes for m in expected.tensors.values())
+    assert plain and computed
+    assert plain <= sum(copied) <= total - computed  # every plain copy, nothing computed
+    written = open_checkpoint(ckpt_dir)
+    assert written.tensors.keys() == expected.tensors.keys()
+    for name in expected.tensors:
+        got = b"".join(written.read_chunks(name, 1 << 20))
+        assert got == b"".join(expected.read_chunks(name, 1 << 20)), name
+    with single_process_group():
+        model = build_gpt_model(dict(hf.config), "mimo", seed=7)
+        strict_load(model, ckpt_dir)

@@ -396,3 +396,38 @@ def test_quiet_leaves_stderr_to_errors(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr == ""
     assert json.loads(done.stdout)["ok"] is False
+
+
+def test_timings_name_each_part_with_the_bytes_it_moved(
+    run_cli, tmp_path: Path, monkeypatch
+) -> None:
+    """``MTPCHECK_TIMINGS`` (the scale benchmark's channel): every part of the round trip, in
+    the order it ran, with the bytes each stage wrote and each comparison read; the report is
+    the one a run without it gives."""
+    plain = _report(
+        run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path, "--format", "json")
+    )
+    timings = tmp_path / "timings.json"
+    monkeypatch.setenv("MTPCHECK_TIMINGS", str(timings))
+    run = run_cli("roundtrip", FIXTURES / "mimo", "--workdir", tmp_path / "w", "--format", "json")
+    assert run.exit_code == 0, run
+    timed = _report(run)
+    assert _statuses(timed) == _statuses(plain) and timed["tensors"] == plain["tensors"]
+    stages = json.loads(timings.read_text())["stages"]
+    assert [s["stage"] for s in stages] == [
+        "source-audit",
+        "stage1-import",
+        "stage1-convert",
+        "stage1-open",
+        "stage2-convert",
+        "stage2-open",
+        "compare-stage1",
+        "compare-stage2",
+        "cleanup",
+    ]
+    assert all(s["seconds"] >= 0 for s in stages)
+    moved = {s["stage"]: s["bytes"] for s in stages}
+    source = sum(p.stat().st_size for p in (FIXTURES / "mimo").glob("*.safetensors"))
+    assert moved["stage1-convert"] > 0.9 * source  # the tensors, in torch_dist records
+    assert moved["stage2-convert"] > 0.9 * source
+    assert moved["compare-stage2"] == 2 * sum(t["nbytes"] for t in timed["tensors"])

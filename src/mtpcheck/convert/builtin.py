@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import mmap
+import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from mtpcheck.convert.file_ranges import FileRanges
 from mtpcheck.dtypes import itemsize, torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
@@ -94,18 +96,32 @@ class _OneAtATime:
     resident pages): they only plan the save. ``materialise`` (called by the writer right
     before it writes a tensor, or a view of one) returns the real bytes: a plain copy is a
     private copy-on-write map of the source shard (``ACCESS_COPY``: no copy, no anonymous
-    memory), a transformed tensor is computed from such maps into an anonymous map of its own.
-    A view (a SwiGLU half) gets a tensor over exactly its bytes, so the writer need not copy
-    it. Once the writer asks for the next tensor, the pages of the previous one are freed
-    (the writer keeps a reference to it but never reads it again), so peak memory is about one
-    tensor, not the checkpoint.
+    memory), and so is a view lying inside one part of a ``[gate; up]`` concatenation (a
+    SwiGLU half: the part's own source tensor, nothing concatenated); any other tensor is
+    computed from such maps into an anonymous map of its own.
+
+    The writer may run several threads, each writing its own file one item after another.
+    Each thread holds what it was last given until it asks for its next item (by then the
+    previous one is written); what no thread holds any more has its pages freed (the writer
+    keeps a reference to every tensor but never reads it again). Peak memory is about one
+    tensor per writer thread, not the checkpoint. A computed tensor asked for by two threads
+    at once (two views of it in different files) is computed once and shared.
+
+    The source maps are made through ``ranges``, which tells the writer, while a map is held,
+    which file bytes it shows (so the writer can copy them inside the kernel).
     """
 
-    def __init__(self, view: MappedCheckpoint, ticker: Ticker | None = None) -> None:
+    def __init__(
+        self,
+        view: MappedCheckpoint,
+        ticker: Ticker | None = None,
+        ranges: FileRanges | None = None,
+    ) -> None:
         import torch
 
         self.view = view
         self.ticker = ticker
+        self.ranges = ranges if ranges is not None else FileRanges()
         self.mappings = view.plan.by_megatron()
         self.placeholders: dict[str, Any] = {}
         self._owner: dict[int, str] = {}
@@ -118,8 +134,11 @@ class _OneAtATime:
             else:
                 tensor = torch.empty(meta.shape, dtype=dtype)
             self.placeholders[name] = tensor
-        self._last: tuple[str, memoryview] | None = None
-        """Name and bytes of the tensor last produced."""
+        self._lock = threading.Lock()
+        self._held = threading.local()
+        """Per writer thread: the key (name, part) and bytes it was last given."""
+        self._shared: dict[tuple[str, int | None], list[Any]] = {}
+        """Key -> [bytes, number of threads holding them]."""
         self._produced: set[str] = set()
 
     def unproduced(self) -> list[str]:
@@ -132,21 +151,74 @@ class _OneAtATime:
         name = self._owner.get(data.untyped_storage().data_ptr())
         if name is None or not data.nbytes:  # not a placeholder, or nothing to produce
             return data
-        if self._last is None or self._last[0] != name:
-            if self._last is not None:
-                _drop_pages(self._last[1])  # written: the writer holds on to it, unread
-                if self.ticker is not None:
-                    self.ticker.advance(len(self._last[1]), self._last[0])
-            self._last = None
-            self._last = (name, self._compute(name))
-            self._produced.add(name)
-        raw = self._last[1]
+        start = data.storage_offset() * data.element_size()
+        part = self._part_of(name, start, data.nbytes) if data.is_contiguous() else None
+        raw = self._acquire(name, part)
+        if self.ticker is not None:
+            with self._lock:
+                self.ticker.advance(data.nbytes, name)
         if not data.is_contiguous():
             whole = torch.frombuffer(raw, dtype=torch.uint8).view(data.dtype)
             return whole.as_strided(data.size(), data.stride(), data.storage_offset())
-        start = data.storage_offset() * data.element_size()
-        part = torch.frombuffer(raw[start : start + data.nbytes], dtype=torch.uint8)
-        return part.view(data.dtype).reshape(data.shape)
+        if part is not None:
+            start -= self._part_start(name, part)
+        piece = torch.frombuffer(raw[start : start + data.nbytes], dtype=torch.uint8)
+        return piece.view(data.dtype).reshape(data.shape)
+
+    def _part_of(self, name: str, start: int, nbytes: int) -> int | None:
+        """The index of the ``[gate; up]`` part holding bytes ``[start, start + nbytes)`` of
+        tensor ``name`` entirely, where its bytes are at hand as a map; else None."""
+        m = self.mappings[name]
+        if m.kind is not Kind.CONCAT_ROWS:
+            return None
+        begin = 0
+        for index, hf in enumerate(m.hf):
+            end = begin + self.view.source.tensors[hf].nbytes
+            if begin <= start and start + nbytes <= end:
+                return index if _mappable(self.view.source, hf) else None
+            begin = end
+        return None
+
+    def _part_start(self, name: str, part: int) -> int:
+        hf = self.mappings[name].hf
+        return sum(self.view.source.tensors[h].nbytes for h in hf[:part])
+
+    def _acquire(self, name: str, part: int | None) -> memoryview:
+        """The bytes of ``(name, part)`` for this thread, which lets go of what it held."""
+        key = (name, part)
+        held = getattr(self._held, "key", None)
+        if held == key:
+            return self._held.raw
+        with self._lock:
+            if held is not None:
+                self._release(held)
+            self._produced.add(name)
+            entry = self._shared.get(key)
+            if entry is not None:
+                entry[1] += 1
+        if entry is None:
+            # computed outside the lock: the other threads go on writing meanwhile
+            raw = self._compute(name) if part is None else self._part_bytes(name, part)
+            with self._lock:
+                entry = self._shared.setdefault(key, [raw, 0])
+                entry[1] += 1
+        self._held.key, self._held.raw = key, entry[0]
+        return entry[0]
+
+    def _release(self, key: tuple[str, int | None]) -> None:
+        """One thread less holds ``key`` (under the lock); free its pages once none does."""
+        entry = self._shared[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._shared[key]
+            self.ranges.forget(entry[0])
+            _drop_pages(entry[0])
+
+    def _part_bytes(self, name: str, part: int) -> memoryview:
+        mapped = _mapped_bytes(self.view.source, self.mappings[name].hf[part], self.ranges)
+        if mapped is None:  # checked by _part_of; a file that went away since
+            raise InputError(self.view.source.path, f"cannot map {self.mappings[name].hf[part]}")
+        return mapped
 
     def _compute(self, name: str) -> memoryview:
         """The bytes of Megatron tensor ``name``."""
@@ -154,7 +226,7 @@ class _OneAtATime:
 
         m = self.mappings[name]
         if m.kind is Kind.COPY:
-            mapped = _mapped_bytes(self.view.source, m.hf[0])
+            mapped = _mapped_bytes(self.view.source, m.hf[0], self.ranges)
             if mapped is not None:
                 return mapped
         meta = self.view.tensors[name]
@@ -190,13 +262,18 @@ def _drop_pages(raw: memoryview) -> None:
         mapped.madvise(mmap.MADV_DONTNEED)
 
 
-def _mapped_bytes(ckpt: Checkpoint, name: str) -> memoryview | None:
+def _mapped_bytes(
+    ckpt: Checkpoint, name: str, ranges: FileRanges | None = None
+) -> memoryview | None:
     """Tensor ``name`` of an HF safetensors checkpoint as a private copy-on-write map of its
     shard (nothing read until touched; pages shared with the page cache); None for a
-    checkpoint whose tensors do not lie at plain file offsets."""
+    checkpoint whose tensors do not lie at plain file offsets. Mapped through ``ranges``
+    (and registered there) when given."""
     meta = ckpt.tensors[name]
-    if not isinstance(ckpt, HasSpanReader) or not meta.readable or not meta.nbytes:
+    if not _mappable(ckpt, name):
         return None
+    if ranges is not None:
+        return ranges.map(meta.file, meta.offset, meta.nbytes)
     start = meta.offset - meta.offset % mmap.ALLOCATIONGRANULARITY
     try:
         with open(meta.file, "rb") as f:
@@ -209,6 +286,12 @@ def _mapped_bytes(ckpt: Checkpoint, name: str) -> memoryview | None:
     except (OSError, ValueError):  # e.g. a file system without mmap: read it instead
         return None
     return memoryview(mapped)[meta.offset - start :]
+
+
+def _mappable(ckpt: Checkpoint, name: str) -> bool:
+    """Whether :func:`_mapped_bytes` can map tensor ``name`` (without mapping it)."""
+    meta = ckpt.tensors[name]
+    return isinstance(ckpt, HasSpanReader) and meta.readable and bool(meta.nbytes)
 
 
 def _source_array(ckpt: Checkpoint, name: str) -> Any:
@@ -226,12 +309,17 @@ def _source_array(ckpt: Checkpoint, name: str) -> Any:
 
 
 def hf_to_megatron(
-    hf: Checkpoint, dst: Path, durable: bool = True, log: Callable[[str], None] | None = None
+    hf: Checkpoint,
+    dst: Path,
+    durable: bool = True,
+    log: Callable[[str], None] | None = None,
+    writer_threads: int = 1,
 ) -> Path:
     """Write ``hf`` as a Megatron-LM torch_dist checkpoint (``dst/release``); returns its dir.
 
     ``durable=False`` leaves the files to the page cache (no ``fsync``): for intermediates.
-    ``log`` gets a progress line every few seconds of a long conversion.
+    ``log`` gets a progress line every few seconds of a long conversion. ``writer_threads``
+    files are written at once (``__0_0.distcp`` ... , one per thread).
     """
     from mtpcheck.convert import megatron_config
 
@@ -244,18 +332,24 @@ def hf_to_megatron(
 
     total = sum(m.nbytes for m in view.tensors.values())
     ticker = Ticker("writing Megatron", total, log) if log is not None else None
-    tensors = _OneAtATime(view, ticker)
+    ranges = FileRanges()
+    tensors = _OneAtATime(view, ticker, ranges)
     kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
     args = megatron_config.args_namespace(hf.config, key)
-    written = write_torch_dist(
-        dst,
-        tensors.placeholders,
-        kwargs,
-        args,
-        "release",
-        materialise=tensors.materialise,
-        durable=durable,
-    )
+    try:
+        written = write_torch_dist(
+            dst,
+            tensors.placeholders,
+            kwargs,
+            args,
+            "release",
+            materialise=tensors.materialise,
+            durable=durable,
+            thread_count=writer_threads,
+            file_bytes=ranges,  # plain copies go file to file, inside the kernel
+        )
+    finally:
+        ranges.close()
     missed = tensors.unproduced()
     if missed:  # a writer that reads tensors some other way: refuse rather than leave zeros
         raise RuntimeError(f"the torch_dist writer never produced {len(missed)} tensors: {missed}")

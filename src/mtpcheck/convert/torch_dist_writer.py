@@ -13,25 +13,34 @@ directory layout::
     dst_root/latest_checkpointed_iteration.txt      "<iteration>" or "release"
     dst_root/iter_0000001/ (or release/)            metadata.json .metadata __0_0.distcp common.pt
 
+With ``thread_count`` N > 1 torch's storage writer splits the tensors by size into N files,
+``__0_0.distcp`` to ``__0_{N-1}.distcp``, each written by its own thread (megatron-core's own
+default for a torch_dist save is 2); ``.metadata`` says which file holds each chunk, so a load
+is the same whichever N wrote it.
+
 Tensors are wrapped as views, so peak memory is the tensors passed in plus the one chunk the
-storage writer copies at a time (a SwiGLU half, whose view does not own its storage); with
-``materialise`` the tensors passed in are placeholders and the real ones exist one at a time.
+storage writer copies at a time per thread (a SwiGLU half, whose view does not own its
+storage); with ``materialise`` the tensors passed in are placeholders and the real ones exist
+one at a time per writer thread.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint import save as dcp_save
+from torch.distributed.checkpoint.filesystem import FileSystem
 
+from mtpcheck.convert.file_ranges import buffer_address
 from mtpcheck.convert.megatron_config import torch_dist_layout
 from mtpcheck.convert.megatron_import import enter_megatron_core
 from mtpcheck.formats.torch_dist_keys import Placement, to_sharded_key
@@ -142,13 +151,87 @@ def build_sharded_state_dict(
 
 Materialise = Callable[[torch.Tensor], torch.Tensor]
 """Maps a tensor of the state dict (or a view of it) to the tensor whose bytes are written."""
+FileBytes = Callable[[int, int], "tuple[int, int] | None"]
+"""``(address, length)`` of bytes in memory -> ``(descriptor, offset)`` of a file holding the
+same bytes (memory that is an untouched private map of that file), or None."""
+KERNEL_COPY_MIN = 1 << 20
+"""Writes smaller than this are never looked up (headers, pickles): not worth a system call."""
+
+
+class _KernelCopyStream:
+    """A ``.distcp`` file being written, which copies inside the kernel what it can.
+
+    ``torch.save`` hands each tensor record's bytes to ``write`` in one call, straight from the
+    tensor's memory. Where ``file_bytes`` says that memory is an untouched map of a source file,
+    the bytes are copied file to file with ``copy_file_range`` (as ``cp`` does: no page faults
+    on the map, no trip through user space); anything else, or a refused copy, is written from
+    memory as it would have been. Either way the file gets the same bytes at the same place.
+    """
+
+    def __init__(self, stream: IO[bytes], file_bytes: FileBytes) -> None:
+        self._stream = stream
+        self._file_bytes = file_bytes
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if view.nbytes >= KERNEL_COPY_MIN:
+            where = self._file_bytes(buffer_address(view), view.nbytes)
+            if where is not None:
+                return self._copy(view, *where)
+        return self._stream.write(view)
+
+    def _copy(self, view: memoryview, fd: int, offset: int) -> int:
+        self._stream.flush()
+        start = self._stream.tell()
+        done = 0
+        with contextlib.suppress(OSError):  # refused (another file system, ...): write the rest
+            while done < view.nbytes:
+                n = os.copy_file_range(
+                    fd, self._stream.fileno(), view.nbytes - done, offset + done, start + done
+                )
+                if n == 0:
+                    break
+                done += n
+        self._stream.seek(start + done)
+        if done < view.nbytes:
+            self._stream.write(view[done:])
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class _KernelCopyFileSystem(FileSystem):
+    """torch DCP's local file system, its written files :class:`_KernelCopyStream` s."""
+
+    def __init__(self, file_bytes: FileBytes) -> None:
+        super().__init__()
+        self._file_bytes = file_bytes
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+        with super().create_stream(path, mode) as stream:
+            if "w" in mode:
+                yield _KernelCopyStream(stream, self._file_bytes)
+            else:
+                yield stream
 
 
 class _MaterialisingPlanner(MCoreSavePlanner):
     """Hands the storage writer ``materialise(tensor)`` instead of the state dict's tensor.
 
-    The (serial) storage writer resolves one item at a time, after it has written the previous
-    one, so ``materialise`` may reclaim the memory of what it returned before.
+    Each thread of the storage writer resolves one item at a time, after it has written its
+    previous one, so ``materialise`` may reclaim the memory of what it returned to that thread
+    before. With several threads, calls come from each of them concurrently.
     """
 
     def __init__(self, materialise: Materialise | None, **kwargs: Any) -> None:
@@ -175,10 +258,12 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
         thread_count: int = 1,
         materialise: Materialise | None = None,
         durable: bool = True,
+        file_bytes: FileBytes | None = None,
     ) -> None:
         super().__init__("torch_dist", 1, thread_count=thread_count)
         self.materialise = materialise
         self.durable = durable
+        self.file_bytes = file_bytes
 
     def save(self, sharded_state_dict: dict[str, Any], checkpoint_dir: str | Path) -> None:
         by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
@@ -190,13 +275,16 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
             flatten_state_dict=False,
         )
         # per_thread_copy_ahead=0: the serial loader, which resolves (materialises) an item
-        # only after the previous one is written, even where CUDA is available
+        # only after the previous one is written, even where CUDA is available; with
+        # thread_count > 1 each thread writes its own .distcp file
         writer = FileSystemWriter(
             str(checkpoint_dir),
             thread_count=self.thread_count,
             per_thread_copy_ahead=0,
             sync_files=self.durable,
         )
+        if self.file_bytes is not None:
+            writer.fs = _KernelCopyFileSystem(self.file_bytes)
         with _record_checksums(self.durable):
             dcp_save(mcore_to_pyt_state_dict(by_key, False), storage_writer=writer, planner=planner)
 
@@ -288,20 +376,26 @@ def write_torch_dist(
     iteration: int | str,
     materialise: Materialise | None = None,
     durable: bool = True,
+    thread_count: int = 1,
+    file_bytes: FileBytes | None = None,
 ) -> Path:
     """Write ``tensors`` (canonical names) as a Megatron-LM torch_dist checkpoint.
 
     With ``materialise``, ``tensors`` only need the right shape and dtype (they plan the save):
     each one (or each view of one) is passed to ``materialise`` right before it is written, and
-    what it returns is written instead (same shape and dtype). Calls come one at a time, each
-    after the previous result is written, so the real tensors can be produced one at a time.
+    what it returns is written instead (same shape and dtype). Calls come one at a time from
+    each of the ``thread_count`` writer threads (one ``.distcp`` file each), each after that
+    thread's previous result is written, so the real tensors can be produced one at a time per
+    thread.
 
     ``common.pt`` holds ``args`` (an ``argparse.Namespace``), ``checkpoint_version`` 3.0,
     ``iteration`` (0 for ``"release"``) and ``content_metadata``. Runs on CPU in this process;
     a process group is created (and destroyed) when none exists. Returns the iteration
     directory. Refuses to write into a non-empty iteration directory. ``durable=False`` skips
     the ``fsync`` of each data file and the CRC-32 of each record (for a checkpoint that is
-    read back and deleted).
+    read back and deleted). With ``file_bytes``, tensor bytes that lie in a file as they are
+    (memory it says maps a file) are copied from that file inside the kernel
+    (:class:`_KernelCopyStream`): the same bytes, written without passing through memory.
     """
     root = Path(dst_root)
     ckpt_dir = root / iteration_dir_name(iteration)
@@ -321,7 +415,12 @@ def write_torch_dist(
         dist_checkpointing.save(
             state,
             str(ckpt_dir),
-            sharded_strategy=SyncTorchDistSaveStrategy(materialise=materialise, durable=durable),
+            sharded_strategy=SyncTorchDistSaveStrategy(
+                thread_count=thread_count,
+                materialise=materialise,
+                durable=durable,
+                file_bytes=file_bytes,
+            ),
             content_metadata=dict(CONTENT_METADATA),
         )
     (root / TRACKER_FILE).write_text(str(iteration))

@@ -7,11 +7,12 @@ checks its share of the tensors (``mtpcheck.pipeline.distributed``).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,8 +44,12 @@ from mtpcheck.pipeline.main_model import main_model_check
 from mtpcheck.pipeline.memory import release_free_memory
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
+from mtpcheck.pipeline.timings import StageClock, tree_bytes
 
 DISK_MARGIN = 1.1
+WRITER_THREADS = 2
+"""Threads (and ``.distcp`` files) of the built-in stage 1's torch_dist save: megatron-core's
+own default, and what keeps the disk busy while one thread waits for the kernel."""
 
 
 @dataclass(frozen=True)
@@ -169,24 +174,53 @@ def release_workdir(opts: RoundtripOptions, work: Path) -> None:
 
 
 def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
-    """Run both stages in a temporary directory that is always removed unless ``keep``."""
+    """Run both stages in a temporary directory that is always removed unless ``keep``.
+
+    With ``MTPCHECK_TIMINGS`` set, the time of each part goes to that file
+    (:mod:`mtpcheck.pipeline.timings`)."""
+    clock = StageClock.from_env()
     work = make_workdir(opts)
     try:
         with sigterm_as_interrupt():
-            conversions, opened = convert(opts, work, log)
+            conversions, opened = convert(opts, work, log, clock)
             compare = with_progress(compare_many, "comparing", log)
+            if clock is not None:
+                compare = clock.timed_compare(compare)
             report = check(conversions, opened, opts.all_tensors, compare, opts.megatron_layout)
     finally:
-        release_workdir(opts, work)
+        with _timed(clock, "cleanup"):
+            release_workdir(opts, work)
+        if clock is not None:
+            clock.write()
     return report
 
 
+def _timed(clock: StageClock | None, stage: str) -> contextlib.AbstractContextManager[None]:
+    """``clock.timed(stage)``, or nothing without a clock."""
+    return clock.timed(stage) if clock is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _timed_stage(clock: StageClock | None, stage: str, output: Path) -> Iterator[None]:
+    """Time a conversion stage, with the bytes it left in ``output``."""
+    if clock is None:
+        yield
+        return
+    with clock.timed(stage):
+        yield
+    clock.stages[-1]["bytes"] = tree_bytes(output)
+
+
 def convert(
-    opts: RoundtripOptions, work: Path, log: Callable[[str], None]
+    opts: RoundtripOptions,
+    work: Path,
+    log: Callable[[str], None],
+    clock: StageClock | None = None,
 ) -> tuple[Conversions, Opened]:
     """Run both conversion stages into ``work``; stage 2 only if stage 1 wrote something
     readable. No tensor is compared here. Also returns the checkpoints it opened on the way
-    (other ranks open them again with :func:`open_outputs`)."""
+    (other ranks open them again with :func:`open_outputs`). ``clock`` records how long each
+    part took."""
     from mtpcheck.convert import builtin
     from mtpcheck.mapping import as_megatron
 
@@ -199,9 +233,10 @@ def convert(
         label = f"synthetic checkpoint built from {opts.source}"
     else:
         source_path = opts.source
-    source = open_checkpoint(source_path)
-    # first: a damaged source is a finding, whatever its family
-    audit = (*source_checks(source), source_check(main_model_check(source)))
+    with _timed(clock, "source-audit"):
+        source = open_checkpoint(source_path)
+        # first: a damaged source is a finding, whatever its family
+        audit = (*source_checks(source), source_check(main_model_check(source)))
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
@@ -212,46 +247,58 @@ def convert(
     check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
     megatron_dir = work / "megatron"
+    if not opts.to_megatron:
+        with _timed(clock, "stage1-import"):  # megatron-core's writer, apart from the writing
+            import mtpcheck.convert.torch_dist_writer  # noqa: F401
     log(f"{STAGE1}: converting into {megatron_dir}")
-    if opts.to_megatron:
-        result = run_command(
-            opts.to_megatron,
-            source_path,
-            megatron_dir,
-            opts.timeout,
-            on_line=lambda line: log(f"stage 1 converter | {line}"),
+    with _timed_stage(clock, "stage1-convert", megatron_dir):
+        if opts.to_megatron:
+            result = run_command(
+                opts.to_megatron,
+                source_path,
+                megatron_dir,
+                opts.timeout,
+                on_line=lambda line: log(f"stage 1 converter | {line}"),
+            )
+        else:
+            # intermediates are read back and deleted: no fsync (like cp, they may never hit
+            # disk)
+            result = _builtin(
+                lambda: builtin.hf_to_megatron(
+                    source, megatron_dir, durable=False, log=log, writer_threads=WRITER_THREADS
+                ),
+                megatron_dir,
+            )
+    with _timed(clock, "stage1-open"):
+        megatron, unreadable = (
+            _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
         )
-    else:
-        # intermediates are read back and deleted: no fsync (like cp, they may never hit disk)
-        result = _builtin(
-            lambda: builtin.hf_to_megatron(source, megatron_dir, durable=False, log=log),
-            megatron_dir,
-        )
-    megatron, unreadable = _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
     stage1 = StageRun(result, megatron_dir, unreadable)
     if megatron is None:
         return Conversions(source_path, audit, stage1, None, label), Opened(source, None, None)
 
     final_dir = work / "hf"
     log(f"{STAGE2}: converting into {final_dir}")
-    if opts.to_hf:
-        result = run_command(
-            opts.to_hf,
-            megatron_dir,
-            final_dir,
-            opts.timeout,
-            on_line=lambda line: log(f"stage 2 converter | {line}"),
-        )
-    else:
-        # the copies the source stores, and no others (a release may store some, not all)
-        copies = frozenset(c for c, _ in as_megatron(source).plan.copies if c in source.tensors)
-        result = _builtin(
-            lambda: builtin.megatron_to_hf(
-                megatron, final_dir, dict(source.config), copies, durable=False, log=log
-            ),
-            final_dir,
-        )
-    final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
+    with _timed_stage(clock, "stage2-convert", final_dir):
+        if opts.to_hf:
+            result = run_command(
+                opts.to_hf,
+                megatron_dir,
+                final_dir,
+                opts.timeout,
+                on_line=lambda line: log(f"stage 2 converter | {line}"),
+            )
+        else:
+            # the copies the source stores, and no others (a release may store some, not all)
+            copies = frozenset(c for c, _ in as_megatron(source).plan.copies if c in source.tensors)
+            result = _builtin(
+                lambda: builtin.megatron_to_hf(
+                    megatron, final_dir, dict(source.config), copies, durable=False, log=log
+                ),
+                final_dir,
+            )
+    with _timed(clock, "stage2-open"):
+        final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
     stage2 = StageRun(result, final_dir, unreadable)
     return Conversions(source_path, audit, stage1, stage2, label), Opened(source, megatron, final)
 
