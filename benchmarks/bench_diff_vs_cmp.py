@@ -14,7 +14,7 @@ Targets: wall ratio <= 1.5 in every round (the worst, not only the median), mtpc
                                            [--torchrun 1,2]
 
 ``--torchrun 1,2`` also times the same diff under ``torchrun --nproc-per-node N`` (the tensor
-list split across N ranks, gloo on loopback; see README.md, "Cluster scale").
+list split across N ranks, gloo on loopback; see benchmarks/README.md, "Cluster scale").
 """
 
 from __future__ import annotations

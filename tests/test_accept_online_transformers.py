@@ -1,10 +1,10 @@
 """``accept --online --online-engine transformers``: transformers' own MTP decoding, with the
 counts transformers reports beside the teacher-forced figure at the same positions.
 
-The figures are transformers' (pinned to the version README quotes); what is asserted is how
-they relate to what mtpcheck measures: transformers drafts what teacher forcing predicts, the
-text it generates holds those drafts, and its count falls short by at most one draft a
-sequence (the length-budget recount README explains).
+The figures are transformers' (pinned to the version docs/acceptance/online.md quotes); what
+is asserted is how they relate to what mtpcheck measures: transformers drafts what teacher
+forcing predicts, the text it generates holds those drafts, and its count falls short by at
+most one draft a sequence (the length-budget recount that page explains).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from mtpcheck.accept.engine_runner import _passes
 from mtpcheck.accept.metrics import paired_ratio_difference
 from mtpcheck.accept.vllm_engine import EngineRequest, parse_vllm_arg
 from tests.conftest import FIXTURES
-from tests.test_readme import _readme_example, _shape
+from tests.test_readme import _report_example, _shape
 from tests.thirdparty.tools import REQUIRE
 
 VLLM_DIR = Path(__file__).resolve().parent / "thirdparty" / "vllm"
@@ -276,9 +276,9 @@ def test_deepseek_v3_k1_equals_vllm_and_the_teacher_forced_figure(
     report = _engine_json(run_cli, shimmed_python, served["deepseek"], *_workload(DEEPSEEK),
                           "--compare", served["zeroed"], "--depths", "1",
                           "--teacher-forced")  # fmt: skip
-    example, real = _shape(_readme_example()), _shape(report)
+    example, real = _shape(_report_example()), _shape(report)
     for place in ("", "engine_acceptance[]", "engine_deltas[]"):
-        assert real[place] == example[place], place  # README's JSON example names every field
+        assert real[place] == example[place], place  # docs/report.md's example names every field
     a, b = report["engine_acceptance"]
     recorded = _recorded("deepseek_v3_k1")
     _assert_counters(a, recorded)

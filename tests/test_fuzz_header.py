@@ -1,8 +1,8 @@
 """Property-based fuzzing of the safetensors header parser.
 
-The default run tries a few hundred inputs; ``MTPCHECK_FUZZ_EXAMPLES=10000`` (see README)
-runs the long campaign. Whatever the bytes, the parser either returns a header whose tensors
-tile the data section, or raises :class:`HeaderError`; no other exception escapes.
+The default run tries a few hundred inputs; ``MTPCHECK_FUZZ_EXAMPLES=10000`` runs the long
+campaign (docs/development.md). Whatever the bytes, the parser either returns a header whose
+tensors tile the data section, or raises :class:`HeaderError`; no other exception escapes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""README's JSON example documents exactly the fields the reports have."""
+"""The JSON report page's example (docs/report.md) documents exactly the fields reports have."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.conftest import FIXTURES
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPORT_PAGE = Path(__file__).resolve().parent.parent / "docs" / "report.md"
 ACCEPT_ONLY = (
     "acceptance",
     "acceptance_deltas",
@@ -19,9 +19,9 @@ ACCEPT_ONLY = (
 )
 
 
-def _readme_example() -> dict[str, Any]:
-    text = README.read_text()
-    block = text.split("## JSON report", 1)[1].split("```jsonc\n", 1)[1].split("```", 1)[0]
+def _report_example() -> dict[str, Any]:
+    """The page's one ``jsonc`` block, its comments removed."""
+    (block,) = re.findall(r"```jsonc\n(.*?)```", REPORT_PAGE.read_text(), re.S)
     return json.loads(re.sub(r"\s+//[^\n]*", "", block))
 
 
@@ -45,7 +45,7 @@ def _shape(report: dict[str, Any]) -> dict[str, set[str]]:
 
 
 def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) -> None:
-    example = _shape(_readme_example())
+    example = _shape(_report_example())
     runs = [
         run_cli("inspect", FIXTURES / "deepseek_v3", "--format", "json"),
         run_cli("diff", FIXTURES / "mimo", FIXTURES / "mimo", "--format", "json"),
@@ -63,7 +63,7 @@ def test_json_example_names_every_field_and_no_other(run_cli, tmp_path: Path) ->
         if place.startswith(tuple(accept_only)):
             continue
         assert keys - accept_only <= real[place], (place, keys - real[place])
-    commands = re.search(r'"command": "inspect",\s+// or (.*)', README.read_text())
+    commands = re.search(r'"command": "inspect",\s+// or (.*)', REPORT_PAGE.read_text())
     assert commands is not None
     assert set(re.findall(r'"(\w+)"', commands.group(1))) == {"diff", "roundtrip", "accept"}
 
@@ -79,6 +79,6 @@ def test_json_example_documents_the_accept_fields(run_cli, tmp_path: Path) -> No
     )  # fmt: skip
     assert run.exit_code == 0, run
     real = _shape(json.loads(run.stdout))
-    example = _shape(_readme_example())
+    example = _shape(_report_example())
     for place in ("", "acceptance[]", "acceptance_deltas[]", "online_acceptance[]"):
         assert real[place] == example[place], place

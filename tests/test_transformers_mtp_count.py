@@ -7,7 +7,7 @@ budget and then recomputes ``n_matches`` from what is left: a draft accepted on 
 position the budget allows is counted as rejected. The draft is the main model's own greedy
 token, and it stays in the output. This test pins that on the shipped fixture: the same draft
 at the same position is counted 0 with ``max_new_tokens=40`` and 1 with 41, and mtpcheck's
-draft-then-verify loop accepts it. README ("Online acceptance") gives the figures.
+draft-then-verify loop accepts it. docs/acceptance/online.md gives the figures.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_an_accepted_draft_at_the_length_limit_is_counted_as_rejected(monkeypatc
     import transformers
 
     if transformers.__version__ != PINNED:
-        pytest.skip(f"pinned on transformers {PINNED}; re-check README's account on others")
+        pytest.skip(f"pinned on transformers {PINNED}; re-check docs/acceptance/online.md")
     from mtpcheck.accept.loading import open_drafter
     from mtpcheck.accept.online import speculative_decode
     from mtpcheck.accept.scoring import score_batch

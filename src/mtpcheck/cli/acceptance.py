@@ -102,7 +102,7 @@ from mtpcheck.model import Report
     default="mtpcheck",
     show_default=True,
     help="--online: mtpcheck's own draft-then-verify loop, or transformers' "
-    "generate(use_mtp=True) with the counts transformers reports (see README).",
+    "generate(use_mtp=True) with the counts transformers reports (docs/acceptance/online.md).",
 )
 @click.option(
     "--depths",
@@ -124,7 +124,8 @@ from mtpcheck.model import Report
     "--chain",
     type=click.Choice(("post-norm", "pre-norm")),
     help="What MTP depth d passes to depth d+1: its output after the layer's final norm or "
-    "before it. Default: the rule of the engine that serves the family (see README).",
+    "before it. Default: the rule of the engine that serves the family "
+    "(docs/acceptance/depths.md).",
 )
 @click.option(
     "--engine",

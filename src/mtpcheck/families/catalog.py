@@ -1,6 +1,6 @@
 """The MTP family registry: one entry per family, as data.
 
-Facts and their sources are collected in the project README ("Supported families"); the
+Facts and their sources are collected in docs/families.md (its tables are built from here); the
 families released in 2025-2026 are in :mod:`mtpcheck.families.catalog_2026`, each with its
 sources.
 """

@@ -1,4 +1,5 @@
-"""Machine-readable JSON report (schema documented in README, ``schema_version`` 1)."""
+"""Machine-readable JSON report (``schema_version`` 1): its JSON Schema ships beside it as
+``report.schema.json``, and docs/report.md describes its fields."""
 
 from __future__ import annotations
 

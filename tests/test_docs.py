@@ -1,0 +1,223 @@
+"""README.md and the documentation site (docs/) against the code they describe.
+
+The families tables are built from the registry by docs/hooks/families.py; relative links
+must point at files; the ``console`` examples that run on the shipped fixtures and test data
+must show what the command really prints.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import re
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from mtpcheck.families import FAMILIES, MtpFamily
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
+
+
+def _hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_families", DOCS / "hooks" / "families.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HOOK = _hook()
+
+
+# --- the families tables -----------------------------------------------------------------------
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    """Cells by family key, Markdown escapes undone."""
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [html.unescape(re.sub(r"\\(.)", r"\1", c)) for c in line.strip("|").split(" | ")]
+        cells = [c.strip() for c in cells]
+        rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def _backticked(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def _assert_row(f: MtpFamily, cells: list[str]) -> None:
+    key, checkpoints, count, where, specific, copies, concat, writer, mapped, accept, notes = cells
+    assert key == f"`{f.key}`"
+    assert f.display in checkpoints
+    assert _backticked(checkpoints) == list(f.model_types)
+    assert _backticked(count) == list(f.count_keys)
+    assert count.endswith("(undeclared)" if f.default_count is None else f"({f.default_count})")
+    if f.specific:
+        assert f.layer_prefix in _backticked(where)
+    # each MTP-only tensor shown, in order, relative to the layer
+    for name, template in zip(_backticked(specific), f.specific, strict=True):
+        assert template.removesuffix(".weight").endswith(name), (name, template)
+    if f.copies and f.copy_policy.value != "none":
+        assert copies.endswith(f"({f.copy_policy.value})")
+        for name, copy in zip(_backticked(copies), f.copies, strict=True):
+            assert copy.template.removesuffix(".weight").endswith(name)
+    else:
+        assert copies == "none"
+    assert concat == f.concat_order.value
+    assert writer.startswith("yes") == (f.writer is not None)
+    if f.writer is not None:
+        assert writer.endswith(f"{f.writer.spec} spec")
+    assert mapped == ("yes" if f.megatron_wrapper is not None else "no")
+    assert accept.startswith("yes") == f.accept.measurable
+    assert f.accept.why_not in accept
+    assert notes == f.notes
+
+
+def test_the_families_tables_hold_every_registered_family_as_the_registry_has_it() -> None:
+    models = _rows(HOOK.families_table())
+    formats = _rows(HOOK.families_table(HOOK.FORMAT_FAMILIES))
+    assert not set(models) & set(formats)
+    assert list(models) + list(formats) == [
+        f.key for f in FAMILIES if f not in HOOK.FORMAT_FAMILIES
+    ] + [f.key for f in HOOK.FORMAT_FAMILIES]
+    for f in FAMILIES:
+        _assert_row(f, {**models, **formats}[f.key])
+
+
+def test_the_families_page_gets_both_tables() -> None:
+    page = (DOCS / HOOK.PAGE).read_text()
+    rendered = HOOK.render(page)
+    assert HOOK.MODEL_MARKER not in rendered and HOOK.FORMAT_MARKER not in rendered
+    assert HOOK.families_table() in rendered
+    assert HOOK.families_table(HOOK.FORMAT_FAMILIES) in rendered
+    with pytest.raises(ValueError, match="marker"):
+        HOOK.render(page.replace(HOOK.FORMAT_MARKER, ""))
+
+
+def test_the_verified_against_table_lists_exactly_the_mapped_families() -> None:
+    page = (DOCS / HOOK.PAGE).read_text()
+    section = page.split("## Megatron mapping verified against", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `(\w+)` \|", section, re.M)
+    assert listed == sorted(listed, key=[f.key for f in FAMILIES].index)  # registry order
+    assert set(listed) == {f.key for f in FAMILIES if f.megatron_wrapper is not None}
+
+
+# --- links -------------------------------------------------------------------------------------
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code blocks hold no links
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_files(page: Path) -> None:
+    for link in _links(page):
+        if re.match(r"https?://|#|mailto:", link):
+            continue
+        target = (page.parent / link.split("#", 1)[0]).resolve()
+        assert target.is_file(), f"{page.relative_to(ROOT)}: {link}"
+        if page.is_relative_to(DOCS):  # the site is built from docs/ alone
+            assert target.is_relative_to(DOCS), f"{page.relative_to(ROOT)}: {link}"
+
+
+def test_readme_keeps_the_test_command_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().split("# README's test command, verbatim:\n", 1)[1]
+    assert ci.splitlines()[0] in (ROOT / "README.md").read_text().splitlines()
+
+
+# --- console examples on the shipped fixtures --------------------------------------------------
+
+
+def _examples() -> dict[tuple[str, ...], list[tuple[str, list[str]]]]:
+    """Every ``console`` example running mtpcheck on the shipped fixtures or test data: (where,
+    shown output) by command, so a command shown on several pages runs once."""
+    found: dict[tuple[str, ...], list[tuple[str, list[str]]]] = {}
+    for page in PAGES:
+        for block in re.findall(r"```console\n(.*?)```", page.read_text(), re.S):
+            lines = block.rstrip("\n").split("\n")
+            command = lines.pop(0)
+            while command.endswith("\\"):
+                command = command[:-1] + lines.pop(0)
+            if " | " in command:
+                continue  # a pipeline: its output is not mtpcheck's
+            argv = shlex.split(command.removeprefix("$ "))
+            if argv[0] != "mtpcheck" or not argv[2].startswith(("fixtures/", "tests/data/")):
+                continue  # not on shipped files (a Hub repository, a path of yours)
+            found.setdefault(tuple(argv[1:]), []).append((str(page.relative_to(ROOT)), lines))
+    return found
+
+
+EXAMPLES = _examples()
+
+
+def _own_python(argv: tuple[str, ...]) -> list[str]:
+    """A converter command's ``python`` as the interpreter running the tests."""
+    return [re.sub(r"^python ", f"{shlex.quote(sys.executable)} ", a) for a in argv]
+
+
+def _chunks(shown: list[str]) -> list[list[str]]:
+    """The shown output split at its ``...`` lines."""
+    chunks: list[list[str]] = [[]]
+    for line in shown:
+        if line == "...":
+            chunks.append([])
+        else:
+            chunks[-1].append(line)
+    return [c for c in chunks if c]
+
+
+def _assert_shown(where: str, shown: list[str], printed: list[str], exit_code: int) -> None:
+    at = 0
+    for chunk in _chunks(shown):  # each run of lines between `...` is printed as shown, in order
+        starts = [i for i in range(at, len(printed)) if printed[i : i + len(chunk)] == chunk]
+        assert starts, f"{where}: not printed (after line {at}):\n" + "\n".join(chunk)
+        at = starts[0] + len(chunk)
+    if any(line.startswith("verdict: ") for line in shown):
+        assert exit_code == (0 if "verdict: PASS" in shown else 1), where
+
+
+def test_the_examples_are_found() -> None:
+    pages = {where for shown in EXAMPLES.values() for where, _ in shown}
+    assert {"README.md", "docs/commands/inspect.md", "docs/round-trip.md"} <= pages
+    assert len(EXAMPLES) >= 10
+
+
+def test_a_changed_line_is_caught() -> None:
+    printed = ["a", "b", "c", "verdict: PASS"]
+    _assert_shown("ok", ["a", "...", "c", "verdict: PASS"], printed, 0)
+    for shown in (["a", "c"], ["c", "...", "a"], ["b", "x"]):  # a gap unmarked, order, a change
+        with pytest.raises(AssertionError):
+            _assert_shown("bad", shown, printed, 0)
+    with pytest.raises(AssertionError):
+        _assert_shown("exit code", ["verdict: PASS"], printed, 1)
+
+
+def _example_id(argv: tuple[str, ...]) -> str:
+    return " ".join([*argv[:2], *(a for a in argv[2:] if a.startswith("--") and a != "--workload")])
+
+
+@pytest.mark.parametrize("argv", list(EXAMPLES), ids=_example_id)
+def test_console_example_shows_what_the_command_prints(
+    argv: tuple[str, ...], run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "--online-engine" in argv:
+        import transformers
+
+        from tests.test_accept_online_transformers import PINNED
+
+        if transformers.__version__ != PINNED:
+            pytest.skip(f"transformers' own counts are shown as on {PINNED}")
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("COLUMNS", raising=False)  # the width a log gets by default
+    run = run_cli(*_own_python(argv))
+    printed = [line.rstrip() for line in run.stdout.splitlines()]
+    for where, shown in EXAMPLES[argv]:
+        _assert_shown(where, shown, printed, run.exit_code)
