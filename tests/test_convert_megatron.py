@@ -231,3 +231,46 @@ def test_two_writer_threads_and_kernel_copies_write_a_strictly_loadable_checkpoi
     with single_process_group():
         model = build_gpt_model(dict(hf.config), "mimo", seed=7)
         strict_load(model, ckpt_dir)
+
+
+def test_a_tensor_made_by_two_writer_threads_at_once_keeps_one_map_registered() -> None:
+    """Two threads asking for the same tensor at once may both map it; the map that goes
+    unused leaves the registry (its address could be reused by a later map, whose bytes the
+    writer would then copy from the wrong place)."""
+    import threading
+
+    from mtpcheck.convert.builtin import _OneAtATime
+    from mtpcheck.convert.file_ranges import FileRanges, buffer_address
+
+    view = as_megatron(open_checkpoint(FIXTURES / "mimo"))
+    ranges = FileRanges()
+    tensors = _OneAtATime(view, None, ranges)
+    name = next(n for n, m in view.plan.by_megatron().items() if m.kind is Kind.COPY)
+    made: list[memoryview] = []
+    both = threading.Barrier(2)
+    compute = tensors._compute
+
+    def at_once(n: str) -> memoryview:
+        raw = compute(n)
+        made.append(raw)
+        both.wait(timeout=10)
+        return raw
+
+    tensors._compute = at_once  # type: ignore[method-assign]
+    given: list[memoryview] = []
+    threads = [
+        threading.Thread(target=lambda: given.append(tensors._acquire(name, None)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(made) == 2 and given[0] is given[1]
+        (unused,) = [raw for raw in made if raw is not given[0]]
+        size = len(given[0])
+        assert ranges(buffer_address(given[0]), size) is not None
+        assert ranges(buffer_address(unused), size) is None
+    finally:
+        ranges.close()

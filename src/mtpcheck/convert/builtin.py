@@ -202,6 +202,8 @@ class _OneAtATime:
             with self._lock:
                 entry = self._shared.setdefault(key, [raw, 0])
                 entry[1] += 1
+            if entry[0] is not raw:  # another thread made it meanwhile: this copy goes unused
+                self.ranges.forget(raw)  # its address may be reused by a later map
         self._held.key, self._held.raw = key, entry[0]
         return entry[0]
 
