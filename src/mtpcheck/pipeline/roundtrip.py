@@ -211,6 +211,24 @@ def _timed_stage(clock: StageClock | None, stage: str, output: Path) -> Iterator
     clock.stages[-1]["bytes"] = tree_bytes(output)
 
 
+def _user_converter(
+    template: str,
+    src: Path,
+    dst: Path,
+    opts: RoundtripOptions,
+    log: Callable[[str], None],
+    stage: int,
+) -> CommandResult:
+    """Run the user's converter command for ``stage``, its output lines logged as they come."""
+    return run_command(
+        template,
+        src,
+        dst,
+        opts.timeout,
+        on_line=lambda line: log(f"stage {stage} converter | {line}"),
+    )
+
+
 def convert(
     opts: RoundtripOptions,
     work: Path,
@@ -253,13 +271,7 @@ def convert(
     log(f"{STAGE1}: converting into {megatron_dir}")
     with _timed_stage(clock, "stage1-convert", megatron_dir):
         if opts.to_megatron:
-            result = run_command(
-                opts.to_megatron,
-                source_path,
-                megatron_dir,
-                opts.timeout,
-                on_line=lambda line: log(f"stage 1 converter | {line}"),
-            )
+            result = _user_converter(opts.to_megatron, source_path, megatron_dir, opts, log, 1)
         else:
             # intermediates are read back and deleted: no fsync (like cp, they may never hit
             # disk)
@@ -281,13 +293,7 @@ def convert(
     log(f"{STAGE2}: converting into {final_dir}")
     with _timed_stage(clock, "stage2-convert", final_dir):
         if opts.to_hf:
-            result = run_command(
-                opts.to_hf,
-                megatron_dir,
-                final_dir,
-                opts.timeout,
-                on_line=lambda line: log(f"stage 2 converter | {line}"),
-            )
+            result = _user_converter(opts.to_hf, megatron_dir, final_dir, opts, log, 2)
         else:
             # the copies the source stores, and no others (a release may store some, not all)
             copies = frozenset(c for c, _ in as_megatron(source).plan.copies if c in source.tensors)
