@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.convert.file_ranges import FileRanges
+from mtpcheck.convert.file_ranges import FileRanges, map_private
 from mtpcheck.dtypes import itemsize, torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
@@ -276,18 +276,11 @@ def _mapped_bytes(
         return None
     if ranges is not None:
         return ranges.map(meta.file, meta.offset, meta.nbytes)
-    start = meta.offset - meta.offset % mmap.ALLOCATIONGRANULARITY
     try:
-        with open(meta.file, "rb") as f:
-            mapped = mmap.mmap(
-                f.fileno(),
-                meta.offset - start + meta.nbytes,
-                access=mmap.ACCESS_COPY,
-                offset=start,
-            )
+        with open(meta.file, "rb") as f:  # the map outlives the descriptor
+            return map_private(f.fileno(), meta.offset, meta.nbytes)
     except (OSError, ValueError):  # e.g. a file system without mmap: read it instead
         return None
-    return memoryview(mapped)[meta.offset - start :]
 
 
 def _mappable(ckpt: Checkpoint, name: str) -> bool:

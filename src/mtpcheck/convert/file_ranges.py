@@ -24,6 +24,15 @@ def buffer_address(view: memoryview) -> int:
     return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
 
 
+def map_private(fd: int, offset: int, nbytes: int) -> memoryview:
+    """``nbytes`` of the open file ``fd`` from ``offset`` as a private copy-on-write map
+    (nothing read until touched; pages shared with the page cache). Raises ``OSError`` or
+    ``ValueError`` where the file cannot be mapped."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    mapped = mmap.mmap(fd, offset - start + nbytes, access=mmap.ACCESS_COPY, offset=start)
+    return memoryview(mapped)[offset - start :]
+
+
 class FileRanges:
     """Live private maps of files, each known by its address range (thread-safe).
 
@@ -39,15 +48,12 @@ class FileRanges:
         self._fds: dict[str, int] = {}
 
     def map(self, path: str, offset: int, nbytes: int) -> memoryview | None:
-        """``nbytes`` of ``path`` from ``offset`` as a private copy-on-write map (nothing read
-        until touched), registered; None where the file cannot be mapped."""
-        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        """:func:`map_private`, registered; None where the file cannot be mapped."""
         try:
             fd = self._descriptor(path)
-            mapped = mmap.mmap(fd, offset - start + nbytes, access=mmap.ACCESS_COPY, offset=start)
+            raw = map_private(fd, offset, nbytes)
         except (OSError, ValueError):  # e.g. a file system without mmap: the caller reads it
             return None
-        raw = memoryview(mapped)[offset - start :]
         with self._lock:
             self._ranges[buffer_address(raw)] = (nbytes, fd, offset)
         return raw
