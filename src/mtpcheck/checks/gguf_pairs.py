@@ -142,22 +142,19 @@ def _values(raw: bytes, code: str) -> _Grid:
         return _Grid(*(a.reshape(-1) for a in _BLOCKS[code](raw)))
     if code in _FLOAT_STEPS:
         mantissa, min_exp = _FLOAT_STEPS[code]
-        if code == "F16":
-            values = np.frombuffer(raw, dtype="<f2").astype(np.float64)
-        else:
-            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-            values = bits.view(np.float32).astype(np.float64)
+        values = _reference(raw, code)
         with np.errstate(divide="ignore"):
             exponent = np.floor(np.log2(np.abs(values)))
         exponent = np.where(np.isfinite(exponent), np.maximum(exponent, min_exp), min_exp)
         return _grid(values, np.exp2(exponent - mantissa), (-np.inf, np.inf))
     if code in ("F32", "F64"):
-        values = np.frombuffer(raw, dtype="<f4" if code == "F32" else "<f8").astype(np.float64)
+        values = _reference(raw, code)
         return _grid(values, np.zeros_like(values), (-np.inf, np.inf))
     raise NotMeasured(f"{_label(code)} is not dequantized by mtpcheck")
 
 
 def _reference(raw: bytes, code: str) -> np.ndarray:
+    """A float tensor's values as float64 (each exactly)."""
     import numpy as np
 
     if code == "BF16":
