@@ -1,0 +1,81 @@
+"""Core data types: tensor metadata, the checkpoint contract and the report.
+
+The leaf of the package: it imports nothing else from mtpcheck and only the standard
+library, so every other layer can depend on it. Import the types from here; the modules
+group them by job (tensor metadata, the checkpoint contract, check results and the report,
+acceptance figures).
+"""
+
+from mtpcheck.model.acceptance import (
+    AcceptanceDelta,
+    AcceptanceResult,
+    ChainAcceptance,
+    DepthAcceptance,
+    EngineAcceptance,
+    EngineDelta,
+    Estimate,
+    OnlineAcceptance,
+)
+from mtpcheck.model.checkpoint import (
+    Checkpoint,
+    DeclaresQuantization,
+    HasByteSpans,
+    HasSpanReader,
+    HeadersOnly,
+    IntegrityIssue,
+    Naming,
+    Prefetches,
+    ReadsSlices,
+)
+from mtpcheck.model.results import (
+    CheckpointSummary,
+    CheckResult,
+    Finding,
+    MtpLayerReport,
+    Report,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
+from mtpcheck.model.tensors import (
+    ByteSpan,
+    TensorColumns,
+    TensorMeta,
+    TensorTable,
+    files_of,
+    total_nbytes,
+)
+
+__all__ = [
+    "AcceptanceDelta",
+    "AcceptanceResult",
+    "ByteSpan",
+    "ChainAcceptance",
+    "CheckResult",
+    "Checkpoint",
+    "CheckpointSummary",
+    "DeclaresQuantization",
+    "DepthAcceptance",
+    "EngineAcceptance",
+    "EngineDelta",
+    "Estimate",
+    "Finding",
+    "HasByteSpans",
+    "HasSpanReader",
+    "HeadersOnly",
+    "IntegrityIssue",
+    "MtpLayerReport",
+    "Naming",
+    "OnlineAcceptance",
+    "Prefetches",
+    "ReadsSlices",
+    "Report",
+    "Status",
+    "TensorColumns",
+    "TensorComparison",
+    "TensorMeta",
+    "TensorStatus",
+    "TensorTable",
+    "files_of",
+    "total_nbytes",
+]

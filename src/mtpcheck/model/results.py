@@ -1,0 +1,158 @@
+"""What checks find and what a finished run reports: findings, check results, tensor
+comparisons, input summaries and the report the renderers read."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mtpcheck.model.acceptance import (
+    AcceptanceDelta,
+    AcceptanceResult,
+    EngineAcceptance,
+    EngineDelta,
+    OnlineAcceptance,
+)
+
+
+class Status(str, enum.Enum):
+    """Outcome of one check or finding. Only FAIL makes a verdict fail."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    SKIP = "skip"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation of a check about one subject (a tensor, a key, a layer)."""
+
+    subject: str
+    status: Status
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The findings of one named check; it fails when any finding fails."""
+
+    name: str
+    title: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def status(self) -> Status:
+        statuses = {f.status for f in self.findings}
+        for s in (Status.FAIL, Status.WARN, Status.PASS, Status.INFO):
+            if s in statuses:
+                return s
+        return Status.SKIP
+
+
+class TensorStatus(str, enum.Enum):
+    """Verdict of the tensor matcher for one tensor name."""
+
+    EQUAL = "equal"
+    MISSING = "missing"
+    EXTRA = "extra"
+    SHAPE_CHANGED = "shape_changed"
+    DTYPE_CHANGED = "dtype_changed"
+    BITS_DIFFER = "bits_differ"
+    UNREADABLE = "unreadable"
+    NOT_COMPARED = "not_compared"
+    """Same dtype and shape, bytes not at hand (a Hub repository read by its headers)."""
+    QUANTIZED = "quantized"
+    """One parameter stored in different forms, one of them quantized (BF16 in A, packed
+    INT4 + scales in B): not comparable byte for byte; ``diff --dequantize`` compares values."""
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """Byte-level comparison of one tensor between two checkpoints."""
+
+    name: str
+    status: TensorStatus
+    dtype: tuple[str | None, str | None]
+    shape: tuple[tuple[int, ...] | None, tuple[int, ...] | None]
+    nbytes: int = 0
+    differing_elements: int = 0
+    first_difference: tuple[int, ...] | None = None
+    """Index (in the tensor's shape) of the first differing element."""
+    max_abs_diff: float | None = None
+    """Context only: the verdict is decided by bytes, never by this value."""
+    storage: tuple[str, str] | None = None
+    """QUANTIZED only: how each side stores the parameter (``BF16``, ``INT4: weight_packed
+    I32 [8, 4] + weight_scale BF16 [8, 1]``)."""
+    values_differing: int | None = None
+    """DTYPE_CHANGED only, context: elements whose values differ once the narrower float type
+    is widened exactly (0: every value survived the change); None: not such a pair of types."""
+    steps: float | None = None
+    """QUANTIZED, dequantized: the largest difference between B's dequantized values and A's,
+    in units of B's quantization step there (at most about 0.5 when B rounds A)."""
+
+
+@dataclass(frozen=True)
+class MtpLayerReport:
+    """One MTP layer as found in a checkpoint."""
+
+    index: int
+    prefix: str
+    present: tuple[str, ...]
+    missing: tuple[str, ...]
+    nbytes: int
+    dtypes: tuple[str, ...]
+    unreadable: tuple[str, ...] = ()
+    """Present tensors whose bytes the files do not hold in full (a truncated shard)."""
+
+    @property
+    def complete(self) -> bool:
+        """Every tensor the layer needs is there and readable."""
+        return not self.missing and not self.unreadable
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """What mtpcheck learned about one input checkpoint."""
+
+    path: str
+    format: str
+    family: str | None
+    """Registry key of the MTP family, or None when unknown."""
+    family_display: str
+    model_type: str | None
+    declared_mtp: int | None
+    declared_by: str
+    """Which config key declared the count, or why none did."""
+    num_hidden_layers: int | None
+    tensor_count: int
+    total_bytes: int
+    mtp_layers: tuple[MtpLayerReport, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A finished run: inputs, checks, tensor comparisons. Renderers only read this."""
+
+    command: str
+    inputs: tuple[CheckpointSummary, ...]
+    checks: tuple[CheckResult, ...]
+    tensors: tuple[TensorComparison, ...] = ()
+    acceptance: tuple[AcceptanceResult, ...] = ()
+    """``accept`` only: one entry per (checkpoint, workload), reference checkpoint first."""
+    acceptance_deltas: tuple[AcceptanceDelta, ...] = ()
+    """``accept --compare`` only: compared minus reference, one entry per workload."""
+    online: tuple[OnlineAcceptance, ...] = ()
+    """``accept --online`` only: one entry per (checkpoint, workload) with a drafter."""
+    engine: tuple[EngineAcceptance, ...] = ()
+    """``accept --engine`` only: one entry per (checkpoint, workload) the engine ran."""
+    engine_deltas: tuple[EngineDelta, ...] = ()
+    """``accept --engine --compare`` only: compared minus reference, one entry per workload."""
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status is not Status.FAIL for c in self.checks)
