@@ -11,6 +11,7 @@ import pytest
 
 from mtpcheck.errors import ConfigError, InputError
 from mtpcheck.formats import open_checkpoint
+from mtpcheck.formats.hf_safetensors import read_index
 from tests.conftest import FIXTURES, write_safetensors
 
 DS = FIXTURES / "deepseek_v3"
@@ -110,6 +111,34 @@ def test_index_shard_outside_folder_or_wrong_type_is_refused(tmp_path: Path, sha
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shard}}))
     with pytest.raises(InputError, match="model.safetensors.index.json: shard"):
         open_checkpoint(tmp_path)
+
+
+def test_an_index_only_json_reads_opens_as_json_reads_it(tmp_path: Path) -> None:
+    """The typed index decoder refuses what plain JSON parsing takes (NaN in the metadata, a
+    repeated weight_map); the index is then read as json.loads reads it, never refused."""
+    c = tmp_path / "c"
+    shutil.copytree(DS, c)
+    index_path = c / "model.safetensors.index.json"
+    weight_map = json.loads(index_path.read_text())["weight_map"]
+    text = (
+        '{"metadata": {"total_size": NaN}, "weight_map": {"stale": "x.safetensors"}, '
+        f'"weight_map": {json.dumps(weight_map)}}}'
+    )
+    index_path.write_text(text)
+    assert read_index(index_path) == weight_map == json.loads(text)["weight_map"]
+    assert _issue_kinds(c) == []
+
+
+@pytest.mark.parametrize(
+    "weight_map", ['{"a": 5}', '["a"]', "null", '{"a": "x.safetensors", "b": ["y"]}']
+)
+def test_an_index_whose_weight_map_is_not_names_to_files_is_refused(
+    tmp_path: Path, weight_map: str
+) -> None:
+    index_path = tmp_path / "model.safetensors.index.json"
+    index_path.write_text(f'{{"weight_map": {weight_map}}}')
+    with pytest.raises(InputError, match="index has no weight_map object of tensor name"):
+        read_index(index_path)
 
 
 def test_directory_without_weights(tmp_path: Path) -> None:

@@ -66,7 +66,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 # third-party modules a layer may import
 THIRD_PARTY: dict[str, set[str]] = {
-    "formats": {"torch", "yaml", "huggingface_hub"},  # huggingface_hub: hf:// inputs only
+    # huggingface_hub: hf:// inputs only; msgspec: the typed JSON decoding of headers and index
+    "formats": {"torch", "yaml", "huggingface_hub", "msgspec"},
     "report": {"rich"},
     "cli": {"click", "rich"},  # rich: the live progress bar (cli/stderr_log.py)
     "checks": {"numpy"},
@@ -85,6 +86,7 @@ STDLIB_ONLY_OR_LISTED = {
     "safetensors",
     "matplotlib",
     "huggingface_hub",
+    "msgspec",
 }
 
 

@@ -169,6 +169,60 @@ def test_duplicate_keys_are_never_accepted_fast(text: str) -> None:
     assert isinstance(careful, HeaderError) and "duplicate" in str(careful)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # values JSON holds but the typed decoder refuses or reads otherwise
+        '{"a":' + ENTRY.replace("[1]", "[true]") + "}",
+        '{"a":' + ENTRY.replace("[1]", "[1.0]") + "}",
+        '{"a":' + ENTRY.replace("[1]", "[-1]") + "}",
+        '{"a":' + ENTRY.replace("[0,1]", "[0,1,1]") + "}",
+        '{"a":' + ENTRY.replace("[0,1]", f"[{2**64},{2**64 + 1}]") + "}",
+        '{"a":' + ENTRY.replace('"U8"', "5") + "}",
+        '{"a":' + ENTRY.replace('"U8"', '"Q4_K"') + "}",
+        '{"a":' + ENTRY.replace('"shape":[1],', "") + "}",
+        # keys the typed decoder skips: counted by their colons
+        '{"a":' + ENTRY.replace("}", ',"x":1}') + "}",
+        '{"a":' + ENTRY.replace("}", ',"x":{"y":2}}') + "}",
+        # __metadata__ in the forms the careful parse takes or refuses
+        '{"__metadata__":null,"a":' + ENTRY + "}",
+        '{"__metadata__":{"k":5},"a":' + ENTRY + "}",
+        '{"__metadata__":{"k":{"j":"1"}},"a":' + ENTRY + "}",
+        '{"__metadata__":' + ENTRY + "}",
+        '{"a":' + ENTRY + ',"__metadata__":{"k":"v"},"__metadata__":{}}',
+    ],
+)
+def test_the_typed_decoder_stands_aside_for_the_careful_parse(text: str) -> None:
+    fast, careful = _both(text, 1)
+    assert fast is None
+    blob = text.encode()
+    try:
+        whole: object = parse_header_bytes(
+            "f.safetensors", struct.pack("<Q", len(blob)), blob, 8 + len(blob) + 1
+        )
+    except HeaderError as e:
+        whole = e
+    assert type(whole) is type(careful)
+    assert whole == careful if isinstance(careful, ShardHeader) else str(whole) == str(careful)
+
+
+@pytest.mark.parametrize(
+    "metadata", ['"__metadata__":{},', '"__metadata__":{"format":"pt","k":"v"},', ""]
+)
+def test_the_typed_decoder_takes_the_usual_header(metadata: str) -> None:
+    """What safetensors writers write (``__metadata__`` first, last or not at all) is parsed
+    by the fast path, to the careful parse's header."""
+    entries = ('"b":' + ENTRY, '"c":' + ENTRY.replace("[0,1]", "[1,2]"))
+    for text in (
+        "{" + metadata + ",".join(entries) + "}",
+        "{" + ",".join(entries) + ("," + metadata.rstrip(",") if metadata else "") + "}",
+    ):
+        fast, careful = _both(text, 2)
+        assert isinstance(fast, ShardHeader)
+        assert fast == careful
+        assert fast.metadata == json.loads(text).get("__metadata__", {})
+
+
 def test_fast_and_careful_parse_agree_on_usual_headers() -> None:
     header = {
         "__metadata__": {"format": "pt"},

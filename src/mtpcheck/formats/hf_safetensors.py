@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import msgspec
+
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_spans, read_tensor_chunks, slice_spans
 from mtpcheck.formats.config_json import read_config
@@ -185,15 +187,15 @@ def read_index(index_file: Path) -> dict[str, str]:
     if index_file.exists() and not index_file.is_file():  # a directory, or a blocking FIFO
         raise InputError(index_file, "not a regular file")
     try:
-        raw = json.loads(index_file.read_text(encoding="utf-8"))
+        text = index_file.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(index_file, e.strerror or str(e)) from e
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # Recursion: too deep
+    except UnicodeDecodeError as e:
         raise InputError(index_file, f"invalid JSON ({e})") from e
-    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
-    # JSON object keys are strings; values must be too (``type``: JSON has no str subclasses)
-    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
-        raise InputError(index_file, "index has no weight_map object of tensor name -> shard file")
+    try:  # DeepSeek-V3's index is 9 MB: decoded typed in about 2/3 of json.loads' time
+        weight_map = _INDEX.decode(text).weight_map
+    except (ValueError, RecursionError):  # not the usual index: json.loads words the fault
+        weight_map = _weight_map_of(index_file, text)
     for shard in set(weight_map.values()):
         pure = PurePosixPath(shard)
         if pure.is_absolute() or ".." in pure.parts or "\\" in shard:
@@ -202,6 +204,28 @@ def read_index(index_file: Path) -> dict[str, str]:
             raise InputError(index_file, f"shard {shard!r} has a NUL byte in its name")
         if not shard.endswith(".safetensors"):
             raise InputError(index_file, f"shard {shard!r} is not a .safetensors file")
+    return weight_map
+
+
+class _IndexFile(msgspec.Struct, gc=False):
+    """The part of an index ``read_index`` needs; other keys are skipped unparsed."""
+
+    weight_map: dict[str, str]
+
+
+_INDEX = msgspec.json.Decoder(_IndexFile)
+
+
+def _weight_map_of(index_file: Path, text: str) -> dict[str, str]:
+    """The weight map of an index the typed decoder refused, or the reason it has none."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as e:  # Recursion: nested too deep
+        raise InputError(index_file, f"invalid JSON ({e})") from e
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    # JSON object keys are strings; values must be too (``type``: JSON has no str subclasses)
+    if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
+        raise InputError(index_file, "index has no weight_map object of tensor name -> shard file")
     return weight_map
 
 
