@@ -78,15 +78,22 @@ def group(names: Iterable[str]) -> dict[str, LogicalParam]:
     """The logical parameters of ``names``, by parameter name."""
     names = list(names)
     packed = packed_modules(names)
-    order = {role: k for k, role in enumerate(Role)}
     found: dict[str, list[tuple[Role, str]]] = {}
     for name in names:
         logical, role = logical_name(name, packed)
         found.setdefault(logical, []).append((role, name))
     return {
-        logical: LogicalParam(logical, tuple(sorted(parts, key=lambda p: (order[p[0]], p[1]))))
+        logical: LogicalParam(logical, tuple(sorted(parts, key=_part_order)))
         for logical, parts in found.items()
     }
+
+
+_ROLE_ORDER = {role: k for k, role in enumerate(Role)}
+
+
+def _part_order(part: tuple[Role, str]) -> tuple[int, str]:
+    """Parts in the order :class:`Role` lists roles, then by name."""
+    return _ROLE_ORDER[part[0]], part[1]
 
 
 def stored_forms(logical: str) -> tuple[str, ...]:

@@ -20,12 +20,13 @@ class Storage:
     label: str
     """``BF16``, ``FP8``, ``INT8``, ``INT4`` (packed), ``NVFP4``, ``MXFP4``, ``packed``."""
     quantized: bool
-    parts: tuple[str, ...]
-    """Each stored part as ``suffix dtype [shape]``."""
+    parts: tuple[tuple[str, str, tuple[int, ...]], ...]
+    """(suffix, dtype, shape) of each stored part."""
 
     @property
     def detail(self) -> str:
-        return " + ".join(self.parts)
+        """Each stored part as ``suffix dtype [shape]``, joined by ``+``."""
+        return " + ".join(f"{suffix} {dtype} {list(shape)}" for suffix, dtype, shape in self.parts)
 
 
 def _suffix(name: str) -> str:
@@ -35,9 +36,9 @@ def _suffix(name: str) -> str:
 def storage_of(param: LogicalParam, tensors: Mapping[str, TensorMeta], scheme: Scheme) -> Storage:
     """What ``param`` is stored as (the weight bits a serving engine must be built for)."""
     parts = tuple(
-        f"{_suffix(n)} {tensors[n].dtype} {list(tensors[n].shape)}"
+        (_suffix(n), meta.dtype, meta.shape)
         for _, n in param.parts
-        if n in tensors
+        if (meta := tensors.get(n)) is not None
     )
     packed = param.part(Role.PACKED)
     values = param.values
