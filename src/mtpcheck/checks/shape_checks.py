@@ -14,7 +14,8 @@ from typing import Any
 
 from mtpcheck.dtypes import is_fp8, is_high_precision
 from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
-from mtpcheck.families.layout import lookup, matches_template
+from mtpcheck.families.layout import lookup
+from mtpcheck.families.name_templates import matches_template
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
 
 NAME = "mtp-shapes"

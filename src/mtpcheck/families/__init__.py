@@ -16,10 +16,10 @@ from mtpcheck.families.layout import (
     declared_count,
     depth_span,
     detect_family,
-    fill_template,
     hidden_layer_count,
     summarise,
 )
+from mtpcheck.families.name_templates import fill_template
 
 __all__ = [
     "FAMILIES",

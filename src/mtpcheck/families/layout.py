@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import bisect
-import functools
 import re
-import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any
 
 from mtpcheck.errors import ConfigError
@@ -21,6 +17,14 @@ from mtpcheck.families.catalog import (
     MEGATRON_HYBRID,
 )
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
+from mtpcheck.families.name_templates import (
+    LayerNames,
+    fill_template,
+    full_matches,
+    joined_names,
+    prefix_runs,
+    template_pattern,
+)
 from mtpcheck.families.quantized_parts import lacking, own_parts_lacking
 from mtpcheck.model import (
     Checkpoint,
@@ -160,109 +164,6 @@ def _hidden_layers(
     return found[0] if found else None
 
 
-@functools.lru_cache(maxsize=256)
-def _pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
-    body = re.escape(template)
-    for name in ("i", "n", "first", "last", "d", "t"):
-        body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
-    return re.compile("^" + body + ("" if prefix_only else "$"))
-
-
-def matches_template(template: str, name: str) -> bool:
-    """Whether ``name`` is ``template`` with its placeholders filled by layer numbers."""
-    return _pattern(template, prefix_only=False).match(name) is not None
-
-
-def _past(prefix: str) -> str:
-    """The least string above every string that starts with ``prefix`` (non-empty)."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
-
-
-def _run_end(names: list[str], prefix: str, lo: int, hi: int) -> int:
-    """End of the run of ``names[lo:hi]`` (sorted) that starts with ``prefix``."""
-    if prefix and ord(prefix[-1]) < sys.maxunicode:
-        return bisect.bisect_left(names, _past(prefix), lo, hi)
-    while lo < hi and names[lo].startswith(prefix):
-        lo += 1
-    return lo
-
-
-def _prefix_runs(names: list[str], template: str) -> list[tuple[int, int, int, dict[str, str]]]:
-    """Where the prefix template matches the sorted ``names``: ``(start, stop, end, groups)``.
-
-    Names sharing one matched prefix (``model.layers.7.``) are consecutive in sorted order and
-    match alike (the pattern looks at no character past its match), so each run is matched
-    once and skipped by bisection: a handful of regex matches instead of one per tensor.
-    ``end`` is the prefix length, ``groups`` the placeholders' digits.
-    """
-    pattern = _pattern(template, prefix_only=True)
-    literal = template.split("{", 1)[0]
-    # Runs are sound when each placeholder is followed by a literal non-digit, so that the
-    # digits' end is inside the match; otherwise every name is matched on its own.
-    runs_sound = all(
-        t[:1] and not t[0].isdecimal() and t[0] != "{" for t in template.split("}")[1:]
-    )
-    i = bisect.bisect_left(names, literal)
-    stop_all = _run_end(names, literal, i, len(names))
-    runs = []
-    while i < stop_all:
-        m = pattern.match(names[i])
-        if m is None:
-            i += 1
-            continue
-        j = _run_end(names, names[i][: m.end()], i + 1, stop_all) if runs_sound else i + 1
-        runs.append((i, j, m.end(), m.groupdict()))
-        i = j
-    return runs
-
-
-def _full_matches(
-    names: list[str], joined: str | None, template: str
-) -> Iterator[tuple[str, re.Match[str]]]:
-    """Names matching the whole template. The template's literal tail is searched for in
-    ``joined`` (the names, each followed by a newline) at C speed; only names ending with it
-    are matched against the regex."""
-    pattern = _pattern(template, prefix_only=False)
-    tail = template.rsplit("}", 1)[-1]
-    if joined is None or not tail or "\n" in tail:
-        for name in names:
-            if name.endswith(tail) and (m := pattern.match(name)):
-                yield name, m
-        return
-    needle = tail + "\n"
-    at = joined.find(needle)
-    while at >= 0:
-        end = at + len(tail)
-        name = joined[joined.rfind("\n", 0, at) + 1 : end]
-        if m := pattern.match(name):
-            yield name, m
-        at = joined.find(needle, end + 1)
-
-
-def _joined(names: list[str]) -> str | None:
-    """The names, one per line, for :func:`_full_matches`; None if a name holds a newline."""
-    joined = "\n".join(names) + "\n"
-    return joined if joined.count("\n") == len(names) else None
-
-
-def fill_template(template: str, i: int, base: int, span: int = 1) -> str:
-    """``template`` for MTP depth ``i`` of a checkpoint with ``base`` main layers: ``{i}`` the
-    depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number
-    ``base + i``, ``{first}`` / ``{last}`` the first and last flat layer of a depth spanning
-    ``span`` flat layers; ``{d}`` the depth and ``{t}`` the position within it, where a
-    depth's flat layers nest under it (Megatron's hybrid MTP: with ``{t}``, ``i`` is the flat
-    index)."""
-    if "{t}" in template:  # a nested layer prefix: ``i`` is the flat index
-        template = template.replace("{d}", str(i // span)).replace("{t}", str(i % span))
-    return (
-        template.replace("{first}", str(i * span))
-        .replace("{last}", str(i * span + span - 1))
-        .replace("{i}", str(i))
-        .replace("{d}", str(i))
-        .replace("{n}", str(base + i))
-    )
-
-
 def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     """The MTP per-depth pattern and the main layers' pattern (one entry a layer; empty when
     the config has none). Hub configs spell them as strings, transformers' as lists."""
@@ -304,12 +205,12 @@ def _first_specific_layer(
     family: MtpFamily, names: list[str], joined: str | None = None
 ) -> int | None:
     """The lowest absolute layer number holding an MTP-only tensor, if any."""
-    joined = _joined(names) if joined is None else joined
+    joined = joined_names(names) if joined is None else joined
     found = [
         int(m.group("n"))
         for template in family.specific
         if "{n}" in template
-        for _, m in _full_matches(names, joined, template)
+        for _, m in full_matches(names, joined, template)
     ]
     return min(found) if found else None
 
@@ -319,22 +220,9 @@ def _infer_base(family: MtpFamily, names: list[str]) -> int:
     found = _first_specific_layer(family, names)
     if found is not None:
         return found
-    main = _pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
+    main = template_pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
     layers = [int(m.group("n")) for n in names if (m := main.match(n))]
     return max(layers) + 1 if layers else 0
-
-
-def _main_layers(
-    family: MtpFamily, names: list[str], base: int | None
-) -> dict[int, frozenset[str]]:
-    template = family.main_layer_prefix.replace("{k}", "{n}")
-    grouped: dict[int, set[str]] = {}
-    for start, stop, end, groups in _prefix_runs(names, template):
-        k = int(groups["n"])
-        if base is not None and k >= base:
-            continue
-        grouped.setdefault(k, set()).update(map(itemgetter(slice(end, None)), names[start:stop]))
-    return {k: frozenset(v) for k, v in grouped.items()}
 
 
 _PER_EXPERT = re.compile(r"^mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.")
@@ -365,7 +253,7 @@ def _in_block_form(
 
 
 def _pick_reference(
-    main: dict[int, frozenset[str]], inner: set[str]
+    main: Mapping[int, frozenset[str]], inner: set[str]
 ) -> tuple[int, frozenset[str]] | None:
     """The main layer sharing the most tensor names with the MTP block (latest on ties)."""
     if not main:
@@ -400,7 +288,7 @@ def analyse(
         return _analyse_unknown(model_type, declared, hidden, names, tensors)
 
     base = hidden if hidden is not None else _infer_base(family, names)
-    joined = _joined(names)
+    joined = joined_names(names)
     early = _first_specific_layer(family, names, joined) if hidden is not None else None
     if early is not None and early < base:
         base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
@@ -418,20 +306,21 @@ def analyse(
         return 0
 
     members: dict[int, set[str]] = {}
-    for start, stop, _, groups in _prefix_runs(names, family.layer_prefix):
+    for start, stop, _, groups in prefix_runs(names, family.layer_prefix):
         if (i := depth(groups)) >= 0:
             members.setdefault(i, set()).update(names[start:stop])
     for template in (*family.specific, *(c.template for c in family.copies)):
-        if template == family.layer_prefix:
-            continue  # matched as a prefix above
-        # outside the layer prefix, a quantized tensor's parts are found by their own names
         under = template.startswith(family.layer_prefix)
+        if under and "{" not in template[len(family.layer_prefix) :]:
+            # every name it matches was matched above by the prefix, with the same depth
+            continue
+        # outside the layer prefix, a quantized tensor's parts are found by their own names
         for form in (template,) if under else stored_forms(template):
-            for name, m in _full_matches(names, joined, form):
+            for name, m in full_matches(names, joined, form):
                 if (i := depth(m.groupdict())) >= 0:
                     members.setdefault(i, set()).add(name)
 
-    main = _main_layers(family, names, base)
+    main = LayerNames(names, family.main_layer_prefix.replace("{k}", "{n}"), base)
     wanted = set(members) | set(range(declared.value or 0))
     copy_names = {
         i: {f for c in family.copies for f in stored_forms(fill_template(c.template, i, base))}
@@ -447,7 +336,7 @@ def analyse(
         rest = members.get(i, set()) - own[i] - copy_names[i]
         return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
 
-    def candidates(flat: int) -> dict[int, frozenset[str]]:
+    def candidates(flat: int) -> Mapping[int, frozenset[str]]:
         """Main layers a flat MTP layer can mirror: those of its pattern entry, if known."""
         if not mtp_kinds or not main_kinds:
             return main
