@@ -174,6 +174,38 @@ def test_fresh_projections_beside_trained_main_layers_warn(run_cli, fixture_copy
     assert "std 0.02), unlike the main layers' (std " in finding["message"]
 
 
+@pytest.mark.parametrize("experts", [(0,), (1, 2, 3)])
+def test_only_the_first_routed_expert_is_judged(run_cli, fixture_copy, experts) -> None:
+    """Routed experts past the first are many and alike: the check reads none of them. Fresh
+    expert 0 warns by name; fresh experts 1 to 3 (of 4) are not read, so nothing is said."""
+    import torch
+
+    damaged = fixture_copy("accept_deepseek_v3")
+    fresh = _fresh_mtp_model(damaged, "full_attention")
+    # MtpModel leaves its packed routed experts uninitialised (torch.empty); its shared
+    # expert, of the same shapes here (one expert's width), is drawn by the initialiser
+    shared = "layers.0.mtp_block.mlp.shared_experts."
+    replaced = {
+        f"model.layers.2.mlp.experts.{e}.{proj}.weight": fresh[f"{shared}{proj}.weight"]
+        for e in experts
+        for proj in ("gate_proj", "up_proj", "down_proj")
+    }
+
+    def replace_experts(tensors: dict[str, Any]) -> None:
+        assert set(replaced) <= set(tensors)
+        tensors.update({k: v.to(torch.bfloat16).contiguous() for k, v in replaced.items()})
+
+    _rewrite(damaged / "model.safetensors", replace_experts)
+    run = run_cli("inspect", damaged, "--format", "json")
+    assert run.exit_code == 0, run
+    (finding,) = _trained(run)["findings"]
+    if experts == (0,):
+        assert finding["status"] == "warn"
+        assert set(finding["details"]["initialised_like"]) == set(replaced)
+    else:
+        assert finding["status"] == "pass", finding
+
+
 def test_megatron_cores_own_initialisation_fails(run_cli, tmp_path: Path) -> None:
     """DeepSeek-V3 converted by the built-in converter, then its MTP layer's bytes replaced
     on disk by what megatron-core's initialisation of the same GPTModel holds (a converter

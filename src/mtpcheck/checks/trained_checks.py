@@ -332,8 +332,10 @@ def _fresh_statistics(
             fresh.append(name)
     if judged == 0 or trained * 2 <= judged:
         return [], ""
-    block_names = {name for name, _, _ in in_blocks}
-    own += [n for n in names if n not in block_names and len(ckpt.tensors[n].shape) == 2]
+    # outside the blocks (Qwen3-Next's mtp.fc): a block's own tensors were sorted above, and
+    # the ones it leaves out (routed experts past the first) stay out
+    prefixes = tuple(mirrored)
+    own += [n for n in names if not n.startswith(prefixes) and len(ckpt.tensors[n].shape) == 2]
     for name in own:  # the MTP-only projection (eh_proj, fc): no main counterpart
         if ckpt.tensors[name].dtype in _FLOATS:
             mine = _stats(ckpt, name)
