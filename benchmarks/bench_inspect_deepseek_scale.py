@@ -22,17 +22,14 @@ timers over the same rounds) says where the rest goes.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 from array import array
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -45,6 +42,7 @@ from _common import (  # noqa: E402
     print_table,
     round_ratios,
     run_measured,
+    tensor_offset,
     write_index,
     write_sparse_shard,
 )
@@ -222,11 +220,10 @@ def _write_trained_mtp_values(
         if not name.startswith(MTP_PREFIX) or name.endswith(MTP_COPIES) or dtype == "F8_E4M3":
             continue
         shard = root / weight_map[name]
-        begin, end = _header(shard)[name]["data_offsets"]
-        size = min(end - begin, TRAINED_SAMPLE)
+        offset, nbytes = tensor_offset(shard, name)
         with open(shard, "r+b") as f:
-            f.seek(8 + len(_header_text(shard)) + begin)
-            f.write(_trained_values(rng, name, dtype, size))
+            f.seek(offset)
+            f.write(_trained_values(rng, name, dtype, min(nbytes, TRAINED_SAMPLE)))
 
 
 def _trained_values(rng: random.Random, name: str, dtype: str, size: int) -> bytes:
@@ -245,18 +242,6 @@ def _trained_values(rng: random.Random, name: str, dtype: str, size: int) -> byt
     narrow = bytearray(2 * count)  # BF16: the top half of each little-endian float32
     narrow[0::2], narrow[1::2] = wide[2::4], wide[3::4]
     return bytes(narrow)
-
-
-@functools.cache
-def _header_text(shard: Path) -> bytes:
-    with open(shard, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        return f.read(n)
-
-
-@functools.cache
-def _header(shard: Path) -> dict[str, Any]:
-    return json.loads(_header_text(shard))
 
 
 FLOOR = """
