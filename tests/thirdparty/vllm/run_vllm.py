@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--skip-patch",
         action="append",
         default=[],
-        choices=["moe", "mla", "rope", "step3p7", "cpu_attn", "router", "expand"],
+        choices=["moe", "mla", "rope", "step3p7", "cpu_attn", "router", "expand", "mla_backend"],
         help="leave one of harness.py's run-time patches out (to show its effect)",
     )
     p.add_argument("--kv-cache-bytes", type=int, default=64 << 20)
