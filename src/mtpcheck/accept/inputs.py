@@ -13,6 +13,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import MtpAnalysis, analyse
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint
+from mtpcheck.model.config_keys import is_int, text_value
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,10 @@ class Inputs:
 
 
 def _check_vocab(workload: Workload, ckpt: Checkpoint) -> None:
-    vocab = ckpt.config.get("vocab_size")
-    if vocab is None and isinstance(ckpt.config.get("text_config"), dict):
-        vocab = ckpt.config["text_config"].get("vocab_size")
-    if not isinstance(vocab, int):
+    found = text_value(ckpt.config, "vocab_size", is_int)
+    if found is None:
         return
+    vocab = found[1]
     top = max((max(s) for s in workload.sequences if s), default=-1)
     if top >= vocab:
         raise InputError(

@@ -7,6 +7,7 @@ from typing import Any
 
 from mtpcheck.families.catalog import FAMILIES, GENERIC_COUNT_KEYS
 from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model.config_keys import TEXT_ROOTS
 
 _STRUCTURAL = (
     "num_hidden_layers",
@@ -21,7 +22,7 @@ MTP_COUNT_KEYS = tuple(
 )
 
 HIGHLIGHTED = frozenset(
-    prefix + key for key in (*MTP_COUNT_KEYS, *_STRUCTURAL) for prefix in ("", "text_config.")
+    prefix + key for key in (*MTP_COUNT_KEYS, *_STRUCTURAL) for prefix in TEXT_ROOTS
 )
 """Keys whose change fails the diff: the MTP count and what locates or shapes MTP tensors."""
 

@@ -22,6 +22,7 @@ from mtpcheck.families.serving import (
     EngineLimit,
 )
 from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model.config_keys import text_value
 
 TITLE = "What serving engines build from this config"
 _ABSENT = object()
@@ -65,10 +66,8 @@ def serving_check(
 
 
 def _value(config: Mapping[str, Any], key: str) -> object:
-    for node in (config, config.get("text_config")):
-        if isinstance(node, Mapping) and key in node:
-            return node[key]
-    return _ABSENT
+    found = text_value(config, key)
+    return _ABSENT if found is None else found[1]
 
 
 def _default(config: Mapping[str, Any], d: EngineDefault, names: Collection[str]) -> Finding | None:

@@ -14,9 +14,9 @@ from typing import Any
 
 from mtpcheck.dtypes import is_fp8, is_high_precision
 from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
-from mtpcheck.families.layout import lookup
 from mtpcheck.families.name_templates import matches_template
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model.config_keys import is_int, text_value
 
 NAME = "mtp-shapes"
 TITLE = "MTP tensor shapes"
@@ -24,11 +24,8 @@ TITLE = "MTP tensor shapes"
 
 def hidden_size(config: Mapping[str, Any]) -> int | None:
     """The model width, where the config states it as a positive integer."""
-    for key in ("hidden_size", "text_config.hidden_size"):
-        value = lookup(config, key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    found = text_value(config, "hidden_size", lambda v: is_int(v) and v > 0)
+    return found[1] if found else None
 
 
 def _norms(family: MtpFamily) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
+from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
 
 PREFIX_BYTES = 4096
 SAMPLE_BYTES = 256 * 1024
@@ -263,8 +264,8 @@ def init_stds(config: Mapping[str, Any]) -> list[float]:
     """Standard deviations the config's initialiser draws projections with."""
     found = []
     for key in ("initializer_range", "init_method_std"):
-        for node in (config, config.get("text_config")):
-            value = node.get(key) if isinstance(node, Mapping) else None
+        for root in TEXT_ROOTS:
+            value = lookup(config, root + key)
             if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
                 found.append(float(value))
     layers = config.get("num_layers")

@@ -48,6 +48,7 @@ from mtpcheck.formats.torch_dist_keys import (
     RowParts,
     gated_delta_net_row_parts,
 )
+from mtpcheck.model.config_keys import TEXT_CONFIG
 
 Shape = tuple[int, ...]
 
@@ -73,7 +74,7 @@ def family_info(family_key: str) -> MegatronWriter:
 
 
 def _text_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any]:
-    inner = hf_config.get("text_config")
+    inner = hf_config.get(TEXT_CONFIG)
     if isinstance(inner, Mapping) and "num_hidden_layers" not in hf_config:
         return inner
     return hf_config

@@ -33,9 +33,8 @@ from mtpcheck.model import (
     TensorMeta,
     total_nbytes,
 )
+from mtpcheck.model.config_keys import TEXT_ROOTS, lookup, text_value
 from mtpcheck.params import FUSED_EXPERTS, stored_forms
-
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -83,16 +82,6 @@ class MtpAnalysis:
 _DEFAULT_SHARED = ("model.embed_tokens.weight", "lm_head.weight")
 
 
-def lookup(config: Mapping[str, Any], dotted: str) -> Any:
-    """Return the value at a dotted key path, or the module's missing sentinel."""
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
 def _non_negative_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -122,19 +111,17 @@ def _count_at(
     ``mtp_num_layers: null`` when its model provider has MTP turned off, which is a
     statement about the checkpoint, not unreadable input.
     """
-    for path in (key, f"text_config.{key}"):
-        value = lookup(config, path)
-        if value is _MISSING:
-            continue
-        if value is None and null_is_zero:
-            return 0, f"{path}: null"
-        if not _non_negative_int(value):
-            raise ConfigError(
-                config_path or "config.json",
-                f"{path} is {value!r}; expected a non-negative integer",
-            )
-        return int(value), path
-    return None
+    found = text_value(config, key)
+    if found is None:
+        return None
+    path, value = found
+    if value is None and null_is_zero:
+        return 0, f"{path}: null"
+    if not _non_negative_int(value):
+        raise ConfigError(
+            config_path or "config.json", f"{path} is {value!r}; expected a non-negative integer"
+        )
+    return int(value), path
 
 
 def declared_count(
@@ -168,7 +155,7 @@ def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], 
     """The MTP per-depth pattern and the main layers' pattern (one entry a layer; empty when
     the config has none). Hub configs spell them as strings, transformers' as lists."""
     for mtp_key, main_key in family.flat_layers_keys:
-        for root in ("", "text_config."):
+        for root in TEXT_ROOTS:
             mtp = lookup(config, root + mtp_key)
             if isinstance(mtp, str | list) and mtp:
                 main = lookup(config, root + main_key)
@@ -405,9 +392,8 @@ def analyse(
 def _tied(config: Mapping[str, Any]) -> bool:
     """Whether the output head is the embedding (HF ``tie_word_embeddings``, Megatron-LM's
     ``untie_embeddings_and_output_weights`` false)."""
-    for root in ("", "text_config."):
-        if lookup(config, root + "tie_word_embeddings") is True:
-            return True
+    if text_value(config, "tie_word_embeddings", lambda v: v is True):
+        return True
     return lookup(config, "untie_embeddings_and_output_weights") is False
 
 

@@ -23,7 +23,6 @@ from mtpcheck.families import (
     fill_template,
     hidden_layer_count,
 )
-from mtpcheck.families.layout import lookup
 from mtpcheck.mapping.rules import (
     DECODER_RULES,
     FUSED_EXPERT_RULES,
@@ -35,6 +34,7 @@ from mtpcheck.mapping.rules import (
     top_level,
 )
 from mtpcheck.mapping.transforms import Gdn, Qkv
+from mtpcheck.model.config_keys import is_int, text_value
 
 Side = Literal["hf", "megatron"]
 
@@ -100,10 +100,9 @@ def mappable_family(hf_config: Mapping[str, Any]) -> MtpFamily:
 
 def _int(config: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
-        for path in (key, f"text_config.{key}"):
-            value = lookup(config, path)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
+        found = text_value(config, key, is_int)
+        if found:
+            return found[1]
     return None
 
 

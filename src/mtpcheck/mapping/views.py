@@ -22,6 +22,7 @@ from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, ReadsSlices, TensorMeta
+from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import Role, logical_name, packed_modules
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -273,12 +274,9 @@ def as_megatron(
 
 def _declared(plan: Plan) -> int | None:
     for key in plan.family.count_keys:
-        for path in (key, f"text_config.{key}"):
-            node: Any = plan.hf_config
-            for part in path.split("."):
-                node = node.get(part) if isinstance(node, Mapping) else None
-            if isinstance(node, int) and not isinstance(node, bool):
-                return node
+        found = text_value(plan.hf_config, key, is_int)
+        if found:
+            return found[1]
     return plan.family.default_count
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpcheck.model import Checkpoint, DeclaresQuantization
+from mtpcheck.model.config_keys import text_value
 from mtpcheck.params.parts import Method
 
 _METHODS = {m.value: m for m in Method if m not in (Method.NONE, Method.OTHER)}
@@ -82,10 +83,8 @@ def scheme_of(
     """The scheme ``config`` (or, failing that, modelopt's ``hf_quant_config``) declares;
     :data:`NONE` when neither declares one. Malformed entries are read as absent: the scheme
     describes a checkpoint, it does not validate its config."""
-    q = config.get("quantization_config")
-    if not isinstance(q, Mapping):
-        text = config.get("text_config")
-        q = text.get("quantization_config") if isinstance(text, Mapping) else None
+    found = text_value(config, "quantization_config", lambda v: isinstance(v, Mapping))
+    q = found[1] if found else None
     if isinstance(q, Mapping):
         declared = q.get("quant_method")
         declared = declared if isinstance(declared, str) else ""
