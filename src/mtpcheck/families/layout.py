@@ -33,7 +33,7 @@ from mtpcheck.model import (
     TensorMeta,
     total_nbytes,
 )
-from mtpcheck.model.config_keys import TEXT_ROOTS, lookup, text_value
+from mtpcheck.model.config_keys import TEXT_ROOTS, is_int, lookup, text_value
 from mtpcheck.params import FUSED_EXPERTS, stored_forms
 
 
@@ -83,7 +83,7 @@ _DEFAULT_SHARED = ("model.embed_tokens.weight", "lm_head.weight")
 
 
 def _non_negative_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:

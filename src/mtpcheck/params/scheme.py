@@ -84,8 +84,8 @@ def scheme_of(
     :data:`NONE` when neither declares one. Malformed entries are read as absent: the scheme
     describes a checkpoint, it does not validate its config."""
     found = text_value(config, "quantization_config", lambda v: isinstance(v, Mapping))
-    q = found[1] if found else None
-    if isinstance(q, Mapping):
+    if found is not None:
+        q = found[1]
         declared = q.get("quant_method")
         declared = declared if isinstance(declared, str) else ""
         method = _METHODS.get(declared.lower(), Method.OTHER)
