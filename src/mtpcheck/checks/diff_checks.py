@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
+from mtpcheck.checks.main_model_checks import sides_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError
@@ -194,6 +195,7 @@ def diff_report(
     unmapped = (_outside_finding(outside, other),) if outside and all_tensors else ()
     checks = (
         integrity_check([("A", a), ("B", b)]),
+        sides_check([("A", a, analysis_a), ("B", b, analysis_b)]),
         config,
         CheckResult(
             "tensors",

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from mtpcheck.checks.findings import describe, integrity_check
 from mtpcheck.checks.header_match import compare_by_headers
+from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.checks.quant_checks import quantization_check
 from mtpcheck.checks.quant_pairs import quantized_copy
 from mtpcheck.checks.serving_checks import serving_check
@@ -256,6 +257,7 @@ def inspect_report(ckpt: Checkpoint) -> Report:
     checks = (
         integrity_check([("", ckpt)]),
         family_check(analysis),
+        main_model_check(ckpt, analysis),
         _with_draft_note(count_check(analysis), ckpt, analysis),
         layers_check(analysis),
         shapes_check(analysis, ckpt.tensors, ckpt.config),

@@ -35,6 +35,7 @@ from mtpcheck.dtypes import itemsize
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
+from mtpcheck.params import Role, logical_name, packed_modules
 
 PREFIX_BYTES = 4096
 SAMPLE_BYTES = 256 * 1024
@@ -204,7 +205,9 @@ def _block_tensors(
     ckpt: Checkpoint, names: Sequence[str], blocks: Sequence[tuple[str, str]]
 ) -> Iterator[tuple[str, str, str]]:
     """(MTP name, its block prefix, relative name) of the block's multi-row float tensors,
-    routed experts past the first left out."""
+    routed experts past the first left out, and so are the side parts of a quantized weight
+    (its scales: equal scales are a coincidence of quantization, not a copied tensor)."""
+    packed = packed_modules(names)
     for prefix, _ in blocks:
         for name in names:
             if not name.startswith(prefix):
@@ -212,6 +215,8 @@ def _block_tensors(
             rel = name[len(prefix) :]
             meta = ckpt.tensors[name]
             if len(meta.shape) < 2 or meta.dtype not in _FLOATS or _later_expert(rel):
+                continue
+            if logical_name(name, packed)[1] not in (Role.WEIGHT, Role.PACKED):
                 continue
             yield name, prefix, rel
 

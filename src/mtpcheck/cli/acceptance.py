@@ -277,6 +277,10 @@ def accept(
 
         checkpoints = [ckpt] if compare is None else [ckpt, compare]
         preflight(checkpoints, [path for _, path in workloads], trust_pickle)
+        from mtpcheck.pipeline.whole_source import require_whole_main_model
+
+        for checkpoint in checkpoints:
+            require_whole_main_model(checkpoint, trust_pickle)
         from mtpcheck.accept.options import AcceptOptions
         from mtpcheck.accept.runner import run_accept
 

@@ -40,6 +40,29 @@ def require_hf(ckpt: Checkpoint) -> None:
         )
 
 
+def require_unquantized(hf: Checkpoint) -> None:
+    """The HF <-> Megatron mapping moves full-precision weights: a quantized source (declared
+    so, or holding quantized weights) is refused up front, naming its scheme
+    (:class:`InputError`: exit 2)."""
+    from mtpcheck.params import Method, declared_scheme, group
+
+    scheme = declared_scheme(hf)
+    if scheme.method is not Method.NONE:
+        named = ", ".join((scheme.declared or scheme.method.value, *scheme.formats))
+    else:
+        quantized = [p for p in group(hf.tensors).values() if p.quantized(hf.tensors)]
+        if not quantized:
+            return
+        dtype = hf.tensors[quantized[0].values or quantized[0].name].dtype
+        named = f"undeclared: {quantized[0].name} is stored {dtype}"
+    raise InputError(
+        hf.path,
+        f"the source is quantized ({named}): the HF <-> Megatron mapping converts "
+        "full-precision weights only; compare a quantized copy with its source with "
+        "`mtpcheck diff SRC QUANTIZED --dequantize`",
+    )
+
+
 def require_writable(hf: Checkpoint, instead: str = OWN_CONVERTER) -> str:
     """The writer's family key for ``hf``; input the built-in converter cannot take is
     refused up front, saying what to do ``instead`` (an :class:`InputError`: exit 2)."""

@@ -320,6 +320,7 @@ MEGATRON = MtpFamily(
     concat_order=ConcatOrder.EMBEDDING_FIRST,
     main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
     main_layer_prefix="decoder.layers.{k}.",
+    main_norm="decoder.final_layernorm.weight",
     hidden_layers_key="num_layers",
     accept=AcceptSupport(
         why_not="accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)"

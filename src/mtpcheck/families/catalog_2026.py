@@ -136,6 +136,7 @@ def _appended(
         copy_policy=copy_policy,
         main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
+        main_norm=f"{root}norm.weight",
         block_lacks=block_lacks,
         megatron_wrapper=_under(prefix, (*_EH, tail[0])) if mapped else None,
         hf_aliases=hf_aliases,
@@ -172,6 +173,7 @@ def _qwen4_exp(key: str, model_type: str, architecture: str, root: str) -> MtpFa
         concat_order=ConcatOrder.SPLIT,
         main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
         main_layer_prefix=root + "layers.{k}.",
+        main_norm=f"{root}hyper_connection_mixer.hc_norm.weight",  # no final norm of its own
         gated_attention=True,
         shared_expert_style="shared_expert",
         block_lacks=("ple.",),
@@ -282,6 +284,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         copy_policy=CopyPolicy.OPTIONAL,
         main_shared=("embed.weight", "head.weight"),
         main_layer_prefix="layers.{k}.",
+        main_norm="norm.weight",
         block_lacks=("attn.compressor.", "attn.indexer."),
         accept=AcceptSupport(
             why_not="split e_proj/h_proj projections over hyper-connection streams are not "
@@ -473,6 +476,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         concat_order=ConcatOrder.EMBEDDING_FIRST,
         main_shared=("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"),
         main_layer_prefix="language_model.model.layers.{k}.",
+        main_norm="language_model.model.norm.weight",
     ),
     # MiniMax-M2 / M2.5 / M2.7 configs advertise use_mtp and num_mtp_modules: 3, but no
     # release ships MTP weights (MiniMax-M2.7 issue #16); no engine has an MTP loader. The

@@ -76,6 +76,8 @@ class GgufCheckpoint:
     naming: Naming = Naming.GGUF
     drafts_beside: tuple[str, ...] | None = None
     """For a file declaring no nextn layer: the ``mtp-*.gguf`` drafts in its directory."""
+    main_model_elsewhere: str = ""
+    """For a ``--mtp`` draft file holding no main block: where its main model is."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
@@ -255,10 +257,14 @@ def _checkpoint(
         drafts = tuple(  # where llama.cpp's --mtp would have put a draft
             sorted(f.name for f in path.parent.glob(DRAFT_PREFIX + "*" + SUFFIX) if _is_first(f))
         )
+    elsewhere = ""
+    if path.name.startswith(DRAFT_PREFIX) and not any(n.startswith("blk.0.") for n in tensors):
+        elsewhere = "a draft llama.cpp's --mtp split off its target, which holds the main model"
     return GgufCheckpoint(
         path=str(path),
         config=config,
         drafts_beside=drafts,
+        main_model_elsewhere=elsewhere,
         config_path=str(first.path),
         tensors=dict(sorted(tensors.items())),
         issues=tuple(issues),

@@ -113,3 +113,14 @@ class HeadersOnly(Protocol):
     def file_sha256(self, file: str) -> str | None:
         """The sha256 of the whole file ``file`` (``TensorMeta.file``), where known for free."""
         ...
+
+
+@runtime_checkable
+class MainModelElsewhere(Protocol):
+    """A checkpoint that may hold only part of a model by design (llama.cpp's ``--mtp`` draft:
+    the nextn layer alone, its main model in the target file)."""
+
+    @property
+    def main_model_elsewhere(self) -> str:
+        """Where the main model is, in words; empty when this checkpoint holds it."""
+        ...

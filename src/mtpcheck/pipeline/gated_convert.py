@@ -53,6 +53,7 @@ def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Pa
     require_empty_destination(dst)
     hf = open_checkpoint(src)
     refuse_if_failing(hf.path, inspect_report(hf).checks, "the source fails its audit")
+    builtin.require_unquantized(hf)
     builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
     refuse_if_failing(hf.path, (main_model_check(hf),), "the source is not whole", inspect=False)
     with fresh_output(dst) as partial:

@@ -254,7 +254,11 @@ def convert(
     with _timed(clock, "source-audit"):
         source = open_checkpoint(source_path)
         # first: a damaged source is a finding, whatever its family
-        audit = (*source_checks(source), source_check(main_model_check(source)))
+        audit = source_checks(source)
+        if not any(c.status is Status.FAIL for c in audit):
+            builtin.require_hf(source)
+            builtin.require_unquantized(source)  # exit 2, before megatron-core's model of it
+            audit = (*audit, source_check(main_model_check(source)))
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)

@@ -1,0 +1,472 @@
+"""Is the main model whole? Every decoder layer the config declares, each holding what its
+kind holds, every routed expert, the embedding, the final norm and the head (pure).
+
+Exports that lose MTP layers lose main weights with them (a shard left out, a layer short, a
+layer's routed experts dropped by a merge), and the MTP checks cannot see that. What a layer
+must hold is read from two places: the config (how many layers, the kind of each, the routed
+experts of an MoE layer, a tied head: :mod:`mtpcheck.families.main_layout`) and the other
+layers of the same kind in the same checkpoint (their tensor names and shapes). Names are
+compared as logical parameters, so a quantized weight with its scales is one tensor, in any
+format's names (HF, Megatron, GGUF). A layer that is the only one of its kind is held to the
+config alone: present, with its experts; the report says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mtpcheck.dtypes import is_high_precision
+from mtpcheck.families import MtpAnalysis
+from mtpcheck.families.main_layout import MainLayout, main_layout
+from mtpcheck.families.name_templates import LayerNames
+from mtpcheck.model import (
+    Checkpoint,
+    CheckResult,
+    Finding,
+    MainModelElsewhere,
+    Naming,
+    Status,
+    TensorMeta,
+)
+from mtpcheck.model.config_keys import is_int, text_value
+from mtpcheck.params import group, stored_forms
+
+NAME = "main-model"
+TITLE = "Main model held to its config"
+
+_EXPERT = re.compile(r"^(.*?experts\.(?:local_experts\.)?)(\d+)(\..+)$")
+"""A routed expert's tensor: HF ``mlp.experts.{e}.down_proj.weight``, Megatron's
+``mlp.experts.local_experts.{e}.linear_fc2.weight``."""
+_GROUPED_EXPERT = re.compile(r"^(.*experts\.linear_fc\d\.(?:weight|bias))(\d+)$")
+"""Transformer Engine's grouped experts: ``mlp.experts.linear_fc1.weight{e}``."""
+_MLP_BLOCKS = frozenset(
+    {"mlp", "moe", "ffn", "block_sparse_moe", "feed_forward", "share_expert", "shared_mlp"}
+)
+"""Modules that are a layer's MLP (dense or MoE): they differ between dense and MoE layers."""
+_MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
+"""Kind facts about the MLP alone: layers differing only there share their other modules."""
+_STACKED = ("experts.", "_exps.")
+"""Names of routed experts stored stacked in one tensor (``mlp.experts.gate_up_proj``,
+llama.cpp's ``ffn_up_exps.weight``)."""
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One main layer's tensors, as logical parameters relative to its prefix."""
+
+    names: frozenset[str]
+    """Every parameter, a routed expert's index written ``*``."""
+    experts: Mapping[int, frozenset[str]]
+    """Routed expert index -> the expert's own parameters (``down_proj.weight``)."""
+    shapes: Mapping[str, tuple[str, tuple[int, ...]]]
+    """Parameter (expert index ``*``) -> (dtype, shape) of its stored values."""
+    count: int
+    """Parameters held, each expert's counted."""
+    blocks: frozenset[str]
+    """The modules it is made of (``self_attn``, ``mlp``; llama.cpp's ``attn``, ``ffn``,
+    ``ssm``): a layer of a hybrid stack differs from its neighbours there."""
+    by_block: Mapping[str, frozenset[str]]
+    """Module -> its parameters; ``""`` for the layer's own (its norms)."""
+
+    @property
+    def routed(self) -> bool:
+        return bool(self.experts) or any(s in n for n in self.names for s in _STACKED)
+
+
+def _expert_of(rel: str) -> tuple[str, int, str] | None:
+    """(name with the index as ``*``, expert index, the expert's own parameter)."""
+    m = _EXPERT.match(rel)
+    if m is not None:
+        return f"{m.group(1)}*{m.group(3)}", int(m.group(2)), m.group(3)[1:]
+    m = _GROUPED_EXPERT.match(rel)
+    if m is not None:
+        return f"{m.group(1)}*", int(m.group(2)), m.group(1).rsplit(".", 2)[-2]
+    return None
+
+
+def _block(rel: str, naming: Naming) -> str | None:
+    """The module a parameter belongs to, if it is in one: the first part of a name with a
+    module path (not a layer's own norm), or llama.cpp's prefix (``attn_q`` -> ``attn``)."""
+    parts = rel.split(".")
+    if naming is Naming.GGUF:
+        return parts[0].split("_", 1)[0]
+    if len(parts) >= 3 or (len(parts) == 2 and parts[1] not in ("weight", "bias")):
+        return parts[0]  # a module's parameter (``mlp.expert_bias`` too)
+    return None
+
+
+def _layer(
+    prefix: str, rels: frozenset[str], tensors: Mapping[str, TensorMeta], naming: Naming
+) -> _Layer:
+    names: set[str] = set()
+    experts: dict[int, set[str]] = {}
+    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
+    params = group(rels)
+    for logical, param in params.items():
+        found = _expert_of(logical)
+        key = logical if found is None else found[0]
+        if found is not None:
+            experts.setdefault(found[1], set()).add(found[2])
+        names.add(key)
+        values = param.values
+        meta = tensors.get(prefix + values) if values is not None else None
+        if meta is not None and key not in shapes:
+            shapes[key] = (meta.dtype, tuple(meta.shape))
+    frozen = {e: frozenset(p) for e, p in experts.items()}
+    by_block: dict[str, set[str]] = {}
+    for n in names:
+        by_block.setdefault(_block(n, naming) or "", set()).add(n)
+    blocks = frozenset(b for b in by_block if b)
+    grouped = {b: frozenset(ns) for b, ns in by_block.items()}
+    return _Layer(frozenset(names), frozen, shapes, len(params), blocks, grouped)
+
+
+def _few(names: list[str], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (
+        f" and {len(names) - shown} more" if len(names) > shown else ""
+    )
+
+
+def _kind_key(layout: MainLayout, k: int, layer: _Layer | None) -> tuple[tuple[str, str], ...]:
+    """What groups layer ``k`` with its peers: the config's facts about it, and where the config
+    does not say which layers are MoE, whether it holds routed experts."""
+    kind = layout.kinds[k] if layout.kinds else ()
+    if layout.moe_layers is None and layer is not None:
+        kind = (*kind, ("routed experts", "yes" if layer.routed else "no"))
+    return kind
+
+
+def _present(name: str, tensors: Mapping[str, TensorMeta]) -> bool:
+    return any(form in tensors for form in stored_forms(name))
+
+
+def _top_level(
+    config: Mapping[str, Any],
+    analysis: MtpAnalysis,
+    layout: MainLayout,
+    tensors: Mapping[str, TensorMeta],
+    naming: Naming,
+) -> list[Finding]:
+    """The embedding, the final norm and (untied) the head: present, and in HF names of the
+    shape the config gives (transformers builds them so, and refuses another shape)."""
+    family = analysis.family
+    assert family is not None
+    wanted = [
+        (family.main_shared[0], "the embedding"),
+        (family.main_norm, "the final norm"),
+    ]
+    if not layout.tied and len(family.main_shared) > 1:
+        wanted.append((family.main_shared[1], "the output head (the config does not tie it)"))
+    findings = [
+        Finding(name, Status.FAIL, f"missing: {what} of the main model")
+        for name, what in wanted
+        if not _present(name, tensors)
+    ]
+    if naming is not Naming.HF:
+        return findings
+    return findings + _vocab_shapes(config, wanted[::2], tensors)
+
+
+def _vocab_shapes(
+    config: Mapping[str, Any], wanted: list[tuple[str, str]], tensors: Mapping[str, TensorMeta]
+) -> list[Finding]:
+    """The embedding and head as ``[vocab_size, hidden_size]`` where stored unquantized."""
+    vocab = text_value(config, "vocab_size", is_int)
+    hidden = text_value(config, "hidden_size", is_int)
+    if vocab is None or hidden is None:
+        return []
+    want = [vocab[1], hidden[1]]
+    findings = []
+    for name, what in wanted:
+        meta = tensors.get(name)
+        if meta is None or not is_high_precision(meta.dtype) or list(meta.shape) == want:
+            continue
+        message = f"shape {list(meta.shape)}, where {what.split(' (')[0]} of this config is "
+        findings.append(Finding(name, Status.FAIL, message + f"{want} (vocab_size, hidden_size)"))
+    return findings
+
+
+def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
+    """Every main-model tensor the config implies, present and shaped as its peers'."""
+    family = analysis.family
+    elsewhere = ckpt.main_model_elsewhere if isinstance(ckpt, MainModelElsewhere) else ""
+    if family is None or elsewhere:
+        why = elsewhere or "the family is unknown, so is what it holds"
+        return CheckResult(
+            NAME, TITLE, (Finding("main model", Status.SKIP, f"not checked: {why}"),)
+        )
+    config, tensors, naming = ckpt.config, ckpt.tensors, ckpt.naming
+    layout = main_layout(family, config, len(_mtp_layer_numbers(analysis)))
+    findings = _top_level(config, analysis, layout, tensors, naming)
+    if layout.layers is None:
+        findings.append(
+            Finding(
+                "main layers",
+                Status.SKIP,
+                "not checked: the config does not say how many decoder layers there are",
+            )
+        )
+        return CheckResult(NAME, TITLE, tuple(findings))
+    layers = _main_layers(analysis, layout, tensors, naming)
+    cross = _cross_checks(layout, naming)
+    peers = _peers(layout, layers, analysis, cross)
+    per_expert = any(x.experts for x in layers.values()) or any(
+        _expert_of(n) is not None for n in analysis.mtp_names
+    )
+    findings += _layer_findings(layout, layers, peers, per_expert)
+    if not any(f.status is Status.FAIL for f in findings):
+        covered = _covered(layout, layers, peers, cross)
+        findings.append(Finding("main model", Status.PASS, covered))
+    return CheckResult(NAME, TITLE, tuple(findings))
+
+
+def _main_layers(
+    analysis: MtpAnalysis, layout: MainLayout, tensors: Mapping[str, TensorMeta], naming: Naming
+) -> dict[int, _Layer]:
+    """Main layers 0 .. layers - 1 that hold a tensor, leaving out MTP layers that share the
+    main layers' prefix (MTP layers counted inside ``num_hidden_layers``)."""
+    family = analysis.family
+    assert family is not None and layout.layers is not None
+    template = family.main_layer_prefix.replace("{k}", "{n}")
+    by_layer = LayerNames(sorted(tensors), template, layout.layers)
+    mtp = analysis.mtp_names
+    found = {}
+    for k in by_layer:
+        prefix = family.main_layer_prefix.replace("{k}", str(k))
+        rels = by_layer[k]
+        if mtp and any(prefix + r in mtp for r in rels):
+            continue
+        found[k] = _layer(prefix, rels, tensors, naming)
+    return found
+
+
+_Kind = tuple[tuple[str, str], ...]
+
+
+def _cross_checks(layout: MainLayout, naming: Naming) -> bool:
+    """Whether layers the config does not tell apart hold the same tensors: where it lists
+    layer kinds, and in HF names (transformers builds every layer from the config, so a hybrid
+    stack's config says which layer is which). Megatron's and llama.cpp's metadata may not."""
+    return any(layout.kinds) or naming is Naming.HF
+
+
+def _peers(
+    layout: MainLayout, layers: Mapping[int, _Layer], analysis: MtpAnalysis, cross: bool
+) -> dict[_Kind, list[int]]:
+    """Main layers by kind (leaving out MTP layers numbered as main ones); without ``cross``,
+    each layer a kind of its own."""
+    assert layout.layers is not None
+    mtp_inside = {int(k) for k in _mtp_layer_numbers(analysis)}
+    peers: dict[_Kind, list[int]] = {}
+    for k in range(layout.layers):
+        if k not in mtp_inside:
+            kind = _kind_key(layout, k, layers.get(k)) if cross else (("layer", str(k)),)
+            peers.setdefault(kind, []).append(k)
+    return peers
+
+
+def _layer_findings(
+    layout: MainLayout,
+    layers: Mapping[int, _Layer],
+    peers: Mapping[_Kind, list[int]],
+    per_expert: bool,
+) -> list[Finding]:
+    """One finding per damaged main layer. ``per_expert``: the checkpoint stores routed
+    experts one tensor each (in some main or MTP layer)."""
+    findings = []
+    for kind, kind_layers in peers.items():
+        others = [j for other, js in peers.items() if _same_besides_mlp(kind, other) for j in js]
+        for k in kind_layers:
+            problems = _layer_problems(k, layout, layers, kind_layers, per_expert)
+            if not problems and len(kind_layers) == 1:
+                problems = _block_problems(k, layers, others)
+            if problems:
+                kind = layout.kind_words(k)
+                subject = f"main layer {k}" + (f" ({kind})" if kind else "")
+                findings.append(Finding(subject, Status.FAIL, "; ".join(problems)))
+    return sorted(findings, key=lambda f: int(f.subject.split()[2]))
+
+
+def _mtp_layer_numbers(analysis: MtpAnalysis) -> set[str]:
+    """Main-prefix layer numbers that hold MTP layers (Ling-V2 counts them as hidden)."""
+    family = analysis.family
+    assert family is not None
+    head, _, _ = family.main_layer_prefix.partition("{k}")
+    found = set()
+    for layer in analysis.layers:
+        if layer.prefix.startswith(head):
+            number = layer.prefix[len(head) :].split(".", 1)[0]
+            if number.isdigit():
+                found.add(number)
+    return found
+
+
+def _layers_named(layers: list[int]) -> str:
+    shown = ", ".join(map(str, layers[:3])) + (" ..." if len(layers) > 3 else "")
+    return ("main layer " if len(layers) == 1 else "main layers ") + shown
+
+
+def _layer_problems(
+    k: int,
+    layout: MainLayout,
+    layers: Mapping[int, _Layer],
+    kind_layers: list[int],
+    per_expert: bool,
+) -> list[str]:
+    """What layer ``k`` lacks against the other present layers of its kind (``kind_layers``):
+    those built of the same modules are its peers, name for name and shape for shape; a layer
+    built of fewer modules than two or more others, alone in that, lost the rest."""
+    present = [j for j in kind_layers if j != k and j in layers]
+    layer = layers.get(k)
+    if layer is None:
+        if not present:
+            return ["all its tensors missing (no tensor of this layer in the checkpoint)"]
+        usual = Counter(layers[j].blocks for j in present).most_common(1)[0][0]
+        j = next(j for j in present if layers[j].blocks == usual)
+        return [f"all {layers[j].count} tensors missing (as main layer {j} of its kind holds them)"]
+    peers = [j for j in present if layers[j].blocks == layer.blocks]
+    problems = []
+    union = frozenset().union(*(layers[j].names for j in peers)) if peers else frozenset()
+    lacking = sorted(union - layer.names)
+    if lacking:
+        problems.append(
+            f"{len(lacking)} tensor(s) of its kind missing (as {_layers_named(peers)} "
+            f"{'holds' if len(peers) == 1 else 'hold'} them): {_few(lacking)}"
+        )
+    if not peers and any(layout.kinds):
+        # only where the config tells kinds apart: a hybrid stack it does not describe
+        # (llama.cpp's metadata) mixes layers of other modules in one kind
+        problems += _lost_blocks(layer, layers, present)
+    problems += _expert_problems(k, layout, layer, per_expert)
+    problems += _shape_problems(layer, layers, peers)
+    return problems
+
+
+def _same_besides_mlp(a: _Kind, b: _Kind) -> bool:
+    """Two kinds that differ at most in their MLP (DeepSeek's dense first layers): their other
+    modules are built alike. Kinds of layers the config does not describe never match."""
+    if any(key == "layer" for key, _ in a):
+        return a == b
+    return [f for f in a if f[0] not in _MLP_FACTS] == [f for f in b if f[0] not in _MLP_FACTS]
+
+
+def _block_problems(k: int, layers: Mapping[int, _Layer], others: list[int]) -> list[str]:
+    """A layer alone of its kind, module by module against layers differing only in their MLP
+    (the attention and norms of DeepSeek's one dense layer against the MoE layers')."""
+    layer = layers.get(k)
+    if layer is None:
+        return []
+    problems = []
+    for block in sorted(layer.by_block):
+        if block in _MLP_BLOCKS:
+            continue
+        holders = [j for j in others if j != k and j in layers and block in layers[j].by_block]
+        if not holders:
+            continue
+        union = frozenset().union(*(layers[j].by_block[block] for j in holders))
+        lacking = sorted(union - layer.by_block[block])
+        if lacking:
+            where = f"its {block}" if block else "the layer's own"
+            problems.append(
+                f"{len(lacking)} tensor(s) of {where} missing (as {_layers_named(holders)} "
+                f"{'holds' if len(holders) == 1 else 'hold'} them): {_few(lacking)}"
+            )
+    return problems
+
+
+def _lost_blocks(layer: _Layer, layers: Mapping[int, _Layer], present: list[int]) -> list[str]:
+    """Modules the layer lacks where two or more layers of its kind hold them and more."""
+    larger = Counter(
+        layers[j].blocks for j in present if layer.blocks < layers[j].blocks
+    ).most_common(1)
+    if not larger or larger[0][1] < 2:
+        return []
+    blocks, _ = larger[0]
+    holders = [j for j in present if layers[j].blocks == blocks]
+    lost = sorted(blocks - layer.blocks)
+    return [
+        f"module(s) {', '.join(lost)} missing, with every tensor in them (as "
+        f"{_layers_named(holders)} of its kind hold them)"
+    ]
+
+
+def _expert_problems(k: int, layout: MainLayout, layer: _Layer, per_expert: bool) -> list[str]:
+    """Every routed expert 0 .. experts - 1, each with the parameters the others hold; and an
+    MoE layer of a checkpoint that stores experts one tensor each must hold some."""
+    if not layer.experts:
+        moe = layout.moe_layers is not None and k in layout.moe_layers
+        if moe and per_expert and not layer.routed:
+            count = f" of {layout.experts}" if layout.experts else ""
+            return [f"no routed experts: the config makes it an MoE layer{count}"]
+        return []
+    held = sorted(layer.experts)
+    count = layout.experts if layout.experts and held[-1] < layout.experts else held[-1] + 1
+    missing = [e for e in range(count) if e not in layer.experts]
+    parts = frozenset().union(*layer.experts.values())
+    problems = []
+    if missing:
+        problems.append(
+            f"{len(missing)} of {count} routed experts missing: expert(s) "
+            + _few([str(e) for e in missing], 8)
+        )
+    for e in held:
+        lacks = sorted(parts - layer.experts[e])
+        if lacks:
+            problems.append(f"expert {e} of {count} lacks {', '.join(lacks)}")
+    return problems
+
+
+def _shape_problems(layer: _Layer, layers: Mapping[int, _Layer], others: list[int]) -> list[str]:
+    """Parameters stored in the dtype their peers store them in, but in another shape than
+    most of them (peers that store a parameter otherwise, quantized or not, are not compared)."""
+    problems = []
+    for name, (dtype, shape) in sorted(layer.shapes.items()):
+        seen = Counter(
+            layers[j].shapes[name][1]
+            for j in others
+            if name in layers[j].shapes and layers[j].shapes[name][0] == dtype
+        )
+        if seen and shape not in seen:
+            usual = seen.most_common(1)[0][0]
+            problems.append(f"{name} has shape {list(shape)} where its peers hold {list(usual)}")
+    return problems
+
+
+def _covered(
+    layout: MainLayout, layers: Mapping[int, _Layer], peers: Mapping[_Kind, list[int]], cross: bool
+) -> str:
+    """What the PASS covers, in words: what was held to what, and what was not."""
+    assert layout.layers is not None
+    moe = [layer for layer in layers.values() if layer.experts]
+    main = sum(len(members) for members in peers.values())
+    parts = [f"{len(layers)} of {main} decoder layers present"]
+    if moe:
+        parts.append(f"{len(moe)} with all {max(len(x.experts) for x in moe)} routed experts")
+    head = "embedding, final norm" + ("" if layout.tied else " and head") + " present"
+    if not cross:
+        tail = (
+            "the config does not tell layer kinds apart, so layers were not held to each other "
+            "tensor by tensor"
+        )
+        return f"{', '.join(parts)}; {head}; {tail}"
+    alone = sum(1 for members in peers.values() if len(members) == 1)
+    kinds = f"{len(peers)} kinds" if len(peers) > 1 else "one kind"
+    tail = f"each layer held to the others of its kind ({kinds})"
+    if alone:
+        tail += f"; {alone} the only one of its kind, checked for presence and experts only"
+    return f"{', '.join(parts)}; {head}; {tail}"
+
+
+def sides_check(sides: list[tuple[str, Checkpoint, MtpAnalysis]]) -> CheckResult:
+    """The main-model check of each labelled checkpoint (``diff``'s A and B) as one check,
+    each finding's subject led by its side's label."""
+    findings = tuple(
+        Finding(f"{label}: {f.subject}", f.status, f.message, f.details)
+        for label, ckpt, analysis in sides
+        for f in main_model_check(ckpt, analysis).findings
+    )
+    return CheckResult(NAME, TITLE, findings)
