@@ -49,9 +49,13 @@ _MLP_BLOCKS = frozenset(
 """Modules that are a layer's MLP (dense or MoE): they differ between dense and MoE layers."""
 _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
 """Kind facts about the MLP alone: layers differing only there share their other modules."""
-_STACKED = ("experts.", "_exps.")
+_STACKED = re.compile(r"(?:^|\.)experts\.|_exps\.")
 """Names of routed experts stored stacked in one tensor (``mlp.experts.gate_up_proj``,
-llama.cpp's ``ffn_up_exps.weight``)."""
+llama.cpp's ``ffn_up_exps.weight``), not a shared expert's."""
+
+
+_Kind = tuple[tuple[str, str], ...]
+"""A layer's kind: (fact, value) pairs."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class _Layer:
 
     @property
     def routed(self) -> bool:
-        return bool(self.experts) or any(s in n for n in self.names for s in _STACKED)
+        return bool(self.experts) or any(_STACKED.search(n) for n in self.names)
 
 
 def _expert_of(rel: str) -> tuple[str, int, str] | None:
@@ -131,12 +135,12 @@ def _few(names: list[str], shown: int = 4) -> str:
     )
 
 
-def _kind_key(layout: MainLayout, k: int, layer: _Layer | None) -> tuple[tuple[str, str], ...]:
+def _kind_key(layout: MainLayout, k: int, routed: bool | None) -> _Kind:
     """What groups layer ``k`` with its peers: the config's facts about it, and where the config
-    does not say which layers are MoE, whether it holds routed experts."""
+    does not say which layers are MoE, whether it holds routed experts (``routed``)."""
     kind = layout.kinds[k] if layout.kinds else ()
-    if layout.moe_layers is None and layer is not None:
-        kind = (*kind, ("routed experts", "yes" if layer.routed else "no"))
+    if layout.moe_layers is None and routed is not None:
+        kind = (*kind, ("routed experts", "yes" if routed else "no"))
     return kind
 
 
@@ -244,9 +248,6 @@ def _main_layers(
     return found
 
 
-_Kind = tuple[tuple[str, str], ...]
-
-
 def _cross_checks(layout: MainLayout, naming: Naming) -> bool:
     """Whether layers the config does not tell apart hold the same tensors: where it lists
     layer kinds, and in HF names (transformers builds every layer from the config, so a hybrid
@@ -261,11 +262,22 @@ def _peers(
     each layer a kind of its own."""
     assert layout.layers is not None
     mtp_inside = {int(k) for k in _mtp_layer_numbers(analysis)}
+    # a layer that is gone is taken to be MoE or dense as most layers the config calls alike
+    usual: dict[_Kind, Counter[bool]] = {}
+    for k, layer in layers.items():
+        usual.setdefault(_kind_key(layout, k, None), Counter())[layer.routed] += 1
     peers: dict[_Kind, list[int]] = {}
     for k in range(layout.layers):
-        if k not in mtp_inside:
-            kind = _kind_key(layout, k, layers.get(k)) if cross else (("layer", str(k)),)
-            peers.setdefault(kind, []).append(k)
+        if k in mtp_inside:
+            continue
+        if not cross:
+            kind: _Kind = (("layer", str(k)),)
+        elif k in layers:
+            kind = _kind_key(layout, k, layers[k].routed)
+        else:
+            seen = usual.get(_kind_key(layout, k, None))
+            kind = _kind_key(layout, k, seen.most_common(1)[0][0] if seen else None)
+        peers.setdefault(kind, []).append(k)
     return peers
 
 

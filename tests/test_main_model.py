@@ -1,0 +1,349 @@
+"""The main model held to its config: each loss is built for real (the ``safetensors`` library
+rewrites the shards, the index is rebuilt to match) and the exact finding asserted; the intact
+fixtures and the real transformers models of their configs agree with what the check expects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpcheck.checks.main_model_checks import main_model_check
+from mtpcheck.families import analyse
+from mtpcheck.formats import open_checkpoint
+from tests.conftest import FIXTURES, Run
+
+INDEX = "model.safetensors.index.json"
+
+
+def _rewrite_without(root: Path, drop: Callable[[str], bool]) -> list[str]:
+    """Remove the tensors ``drop`` picks from every shard (the safetensors library loads and
+    saves each shard) and from the index; returns the names removed."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    removed = []
+    for shard in sorted(root.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(str(shard))
+        gone = [n for n in tensors if drop(n)]
+        if not gone:
+            continue
+        for n in gone:
+            del tensors[n]
+        removed += gone
+        save_file(tensors, str(shard), metadata=metadata)
+    index = root / INDEX
+    if index.exists():
+        content = json.loads(index.read_text())
+        content["weight_map"] = {
+            n: f for n, f in content["weight_map"].items() if n not in set(removed)
+        }
+        index.write_text(json.dumps(content))
+    assert removed, "the damage removed nothing"
+    return removed
+
+
+def _main_findings(run: Run) -> list[tuple[str, str, str]]:
+    report = json.loads(run.stdout)
+    (check,) = [c for c in report["checks"] if c["name"] == "main-model"]
+    return [(f["status"], f["subject"], f["message"]) for f in check["findings"]]
+
+
+def _failing_checks(run: Run) -> list[str]:
+    return [c["name"] for c in json.loads(run.stdout)["checks"] if c["status"] == "fail"]
+
+
+def _inspect(run_cli, path: Path) -> Run:
+    return run_cli("inspect", path, "--format", "json")
+
+
+# --- the losses of the issue, one by one -----------------------------------------------------
+
+
+def test_a_whole_main_layer_gone(fixture_copy, run_cli) -> None:
+    root = fixture_copy("deepseek_v3")
+    _rewrite_without(root, lambda n: n.startswith("model.layers.0."))
+    run = _inspect(run_cli, root)
+    assert run.exit_code == 1, run
+    assert _main_findings(run) == [
+        (
+            "fail",
+            "main layer 0 (dense)",
+            "all its tensors missing (no tensor of this layer in the checkpoint)",
+        )
+    ]
+    assert _failing_checks(run) == ["main-model"]  # the MTP layer is whole, and said so
+
+
+def test_a_layer_gone_whose_kind_others_share_is_counted(fixture_copy, run_cli) -> None:
+    root = fixture_copy("qwen3_5_text")  # layers 0-2 gated delta net, 3 full attention
+    _rewrite_without(root, lambda n: n.startswith("model.layers.0."))
+    assert _main_findings(_inspect(run_cli, root)) == [
+        (
+            "fail",
+            "main layer 0 (linear_attention)",
+            "all 14 tensors missing (as main layer 1 of its kind holds them)",
+        )
+    ]
+
+
+def test_the_final_norm_gone(fixture_copy, run_cli) -> None:
+    root = fixture_copy("deepseek_v3")
+    _rewrite_without(root, lambda n: n == "model.norm.weight")
+    run = _inspect(run_cli, root)
+    assert run.exit_code == 1
+    assert _main_findings(run) == [
+        ("fail", "model.norm.weight", "missing: the final norm of the main model")
+    ]
+
+
+def test_one_routed_expert_lacks_a_projection(fixture_copy, run_cli) -> None:
+    root = fixture_copy("glm4_moe")
+    _rewrite_without(root, lambda n: n == "model.layers.1.mlp.experts.1.down_proj.weight")
+    run = _inspect(run_cli, root)
+    assert run.exit_code == 1
+    assert _main_findings(run) == [
+        ("fail", "main layer 1 (moe)", "expert 1 of 4 lacks down_proj.weight")
+    ]
+
+
+def test_every_routed_expert_of_a_layer_gone(fixture_copy, run_cli) -> None:
+    """What mergekit's mergekit-yaml does to a DeepSeek MoE layer: the router and the shared
+    experts stay, the routed experts go."""
+    root = fixture_copy("deepseek_v3")
+    _rewrite_without(root, lambda n: n.startswith("model.layers.1.mlp.experts."))
+    assert _main_findings(_inspect(run_cli, root)) == [
+        ("fail", "main layer 1 (moe)", "no routed experts: the config makes it an MoE layer of 4")
+    ]
+
+
+def test_a_main_layer_and_the_head_gone_blame_the_main_model(fixture_copy, run_cli) -> None:
+    root = fixture_copy("deepseek_v3")
+    _rewrite_without(root, lambda n: n.startswith("model.layers.1.") or n == "lm_head.weight")
+    run = _inspect(run_cli, root)
+    assert _main_findings(run) == [
+        (
+            "fail",
+            "lm_head.weight",
+            "missing: the output head (the config does not tie it) of the main model",
+        ),
+        (
+            "fail",
+            "main layer 1 (moe)",
+            "all its tensors missing (no tensor of this layer in the checkpoint)",
+        ),
+    ]
+    layers = json.loads(run.stdout)["checks"]
+    (mtp,) = [c for c in layers if c["name"] == "mtp-layers"]
+    # the MTP layer is whole: only the head it drafts through is missing, named as such
+    assert [(f["status"], f["subject"]) for f in mtp["findings"]] == [
+        ("pass", "mtp layer 0"),
+        ("fail", "lm_head.weight"),
+    ]
+
+
+def test_one_tensor_missing_from_a_layer_of_its_kind(fixture_copy, run_cli) -> None:
+    root = fixture_copy("qwen3_5_text")
+    _rewrite_without(root, lambda n: n == "model.layers.1.linear_attn.conv1d.weight")
+    assert _main_findings(_inspect(run_cli, root)) == [
+        (
+            "fail",
+            "main layer 1 (linear_attention)",
+            "1 tensor(s) of its kind missing (as main layers 0, 2 hold them): "
+            "linear_attn.conv1d.weight",
+        )
+    ]
+
+
+def test_a_whole_module_missing_from_a_layer(fixture_copy, run_cli) -> None:
+    """A shard boundary inside a layer: its attention survived, its MLP did not."""
+    root = fixture_copy("qwen3_5_text")
+    _rewrite_without(root, lambda n: n.startswith("model.layers.2.mlp."))
+    assert _main_findings(_inspect(run_cli, root)) == [
+        (
+            "fail",
+            "main layer 2 (linear_attention)",
+            "module(s) mlp missing, with every tensor in them (as main layers 0, 1 of its kind "
+            "hold them)",
+        )
+    ]
+
+
+def test_the_one_dense_layer_is_held_to_the_attention_of_the_others(fixture_copy, run_cli) -> None:
+    """DeepSeek's dense layer is the only one of its kind; its attention and norms are still
+    those of the MoE layers."""
+    root = fixture_copy("deepseek_v3")
+    _rewrite_without(root, lambda n: n == "model.layers.0.self_attn.kv_b_proj.weight")
+    assert _main_findings(_inspect(run_cli, root)) == [
+        (
+            "fail",
+            "main layer 0 (dense)",
+            "1 tensor(s) of its self_attn missing (as main layer 1 holds them): "
+            "self_attn.kv_b_proj.weight",
+        )
+    ]
+
+
+def test_a_tensor_of_another_shape_than_its_peers(fixture_copy, run_cli) -> None:
+    from safetensors.torch import load_file, save_file
+
+    root = fixture_copy("qwen3_5_text")
+    name = "model.layers.1.linear_attn.out_proj.weight"
+    shard = Path(open_checkpoint(root).tensors[name].file)
+    tensors = load_file(str(shard))
+    tensors[name] = tensors[name][:, :-2].contiguous()  # a converter that cut two columns
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    (finding,) = _main_findings(_inspect(run_cli, root))
+    assert finding[:2] == ("fail", "main layer 1 (linear_attention)")
+    assert finding[2].startswith("linear_attn.out_proj.weight has shape [32, ")
+    assert finding[2].endswith("where its peers hold [32, " + finding[2].split("[32, ")[2])
+
+
+def test_the_embedding_of_another_vocabulary(fixture_copy, run_cli) -> None:
+    root = fixture_copy("qwen3_5_text")
+    config = json.loads((root / "config.json").read_text())
+    config["vocab_size"] += 1
+    (root / "config.json").write_text(json.dumps(config))
+    findings = _main_findings(_inspect(run_cli, root))
+    vocab, hidden = config["vocab_size"], config["hidden_size"]
+    assert [f[1] for f in findings] == ["model.embed_tokens.weight", "lm_head.weight"]
+    assert findings[0][2] == (
+        f"shape [{vocab - 1}, {hidden}], where the embedding of this config is "
+        f"[{vocab}, {hidden}] (vocab_size, hidden_size)"
+    )
+
+
+def test_a_tied_head_is_not_required(fixture_copy, run_cli) -> None:
+    root = fixture_copy("qwen3_5_text")
+    _rewrite_without(root, lambda n: n == "lm_head.weight")
+    config = json.loads((root / "config.json").read_text())
+    config["tie_word_embeddings"] = True
+    (root / "config.json").write_text(json.dumps(config))
+    ((status, subject, message),) = _main_findings(_inspect(run_cli, root))
+    assert (status, subject) == ("pass", "main model")
+    assert "embedding, final norm present" in message
+
+
+def test_diff_judges_the_main_model_of_each_side(fixture_copy, run_cli) -> None:
+    root = fixture_copy("glm4_moe")
+    _rewrite_without(root, lambda n: n == "model.layers.0.input_layernorm.weight")
+    run = run_cli("diff", FIXTURES / "glm4_moe", root, "--format", "json")
+    assert run.exit_code == 1
+    findings = _main_findings(run)
+    assert findings[0][:2] == ("pass", "A: main model")
+    assert findings[1:] == [
+        (
+            "fail",
+            "B: main layer 0 (dense)",
+            "1 tensor(s) of the layer's own missing (as main layer 1 holds them): "
+            "input_layernorm.weight",
+        )
+    ]
+
+
+def test_accept_refuses_a_checkpoint_without_its_whole_main_model(
+    fixture_copy, run_cli, tmp_path: Path
+) -> None:
+    root = fixture_copy("accept_deepseek_v3")
+    _rewrite_without(root, lambda n: n.startswith("model.layers.1.mlp.experts.3."))
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"text": "one two three"}) + "\n")
+    run = run_cli("accept", root, "--workload", f"w={workload}")
+    assert run.exit_code == 1, run
+    assert run.stderr.strip().splitlines() == [
+        f"mtpcheck: refused: {root}: not measured: main-model: main layer 1 (moe): 1 of 4 routed "
+        f"experts missing: expert(s) 3 (`mtpcheck inspect {root}` lists every finding)"
+    ]
+
+
+# --- no false alarm, and what the check expects against transformers' own models ---------------
+
+
+def _fixtures() -> list[str]:
+    return sorted(p.parent.name for p in FIXTURES.glob("*/config.json"))
+
+
+@pytest.mark.parametrize("name", _fixtures())
+def test_every_shipped_fixture_passes(name: str) -> None:
+    ckpt = open_checkpoint(FIXTURES / name)
+    check = main_model_check(ckpt, analyse(ckpt.config, ckpt.tensors, ckpt.config_path))
+    if name == "minimax_m2":  # declares MTP layers it does not ship; its main model is whole
+        assert check.status.value == "pass"
+    assert check.status.value in ("pass", "skip"), check.findings
+    if ckpt.config.get("model_type") not in ("gemma4_assistant",):
+        assert check.status.value == "pass", check.findings
+
+
+SHARED_KINDS = {
+    "exaone4_5": (0, 1, 2),
+    "exaone_moe": (1, 2),
+    "mimo": (0, 1),
+    "minimax_m2": (0, 1),
+    "qwen3_5_moe": (0, 1, 2),
+    "qwen3_5_text": (0, 1, 2),
+}
+"""Main layers that share their kind with another layer, so that each of their tensors is
+held to the others'; every other layer of the fixtures is the only one of its kind, checked
+for presence, its experts and its modules besides the MLP (as the PASS line says)."""
+_PER_EXPERT = re.compile(r"\.experts\.\d+\.")
+
+
+@pytest.mark.parametrize("name", _fixtures())
+def test_each_lost_main_tensor_is_found(name: str) -> None:
+    """Removing any one of the embedding, final norm, head or a routed expert's tensors from a
+    shipped fixture, and in fixtures whose layers all share their kind any main-layer tensor,
+    fails the check naming the tensor or its layer (names and shapes only: no bytes read)."""
+    ckpt = open_checkpoint(FIXTURES / name)
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    family = analysis.family
+    assert family is not None
+    top = tuple(n for n in (*family.main_shared, family.main_norm) if n in ckpt.tensors)
+    candidates = sorted(
+        n
+        for n in ckpt.tensors
+        if n not in analysis.mtp_names
+        and _layer_of(n, family.main_layer_prefix) != n
+        and (
+            _PER_EXPERT.search(n) is not None
+            or _layer_of(n, family.main_layer_prefix)
+            in [f"main layer {k}" for k in SHARED_KINDS.get(name, ())]
+        )
+    )
+    missed = []
+    for lost in (*top, *candidates):
+        tensors = {n: m for n, m in ckpt.tensors.items() if n != lost}
+        damaged = _Damaged(ckpt, tensors)
+        check = main_model_check(damaged, analyse(ckpt.config, tensors, ckpt.config_path))
+        text = " ".join(f"{f.subject}: {f.message}" for f in check.findings)
+        layer = _layer_of(lost, family.main_layer_prefix)
+        named = lost in text or f"{layer}:" in text or f"{layer} (" in text
+        if check.status.value != "fail" or not named:
+            missed.append(lost)
+    assert top and not missed, missed
+
+
+def _layer_of(name: str, template: str) -> str:
+    """``main layer K`` for a tensor of main layer K, else the name itself."""
+    head = template.split("{k}")[0]
+    if name.startswith(head) and name[len(head) :].split(".")[0].isdigit():
+        return "main layer " + name[len(head) :].split(".")[0]
+    return name
+
+
+class _Damaged:
+    """A checkpoint as opened, with some tensors taken away (the pure check needs no bytes)."""
+
+    def __init__(self, ckpt: Any, tensors: dict[str, Any]) -> None:
+        self.path, self.format, self.naming = ckpt.path, ckpt.format, ckpt.naming
+        self.config, self.config_path = ckpt.config, ckpt.config_path
+        self.tensors, self.issues, self.cross_checked = tensors, (), ckpt.cross_checked
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Any:
+        raise AssertionError("the main-model check reads no tensor bytes")
