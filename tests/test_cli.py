@@ -18,6 +18,7 @@ from tests.conftest import FAMILY_FIXTURES, FIXTURES
 INSPECT_CHECKS = [
     "integrity",
     "family",
+    "main-model",
     "mtp-count",
     "mtp-layers",
     "mtp-shapes",

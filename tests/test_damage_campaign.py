@@ -112,12 +112,12 @@ def _agrees(inspected: tuple[int, str, str], run: tuple[int, str, str]) -> None:
     audit and is still not convertible: its main model is not what megatron-core's model of
     its config holds (exit 1, said as such), or its family cannot be mapped (exit 2)."""
     if inspected[0] == 0 and run[0] == 1:
-        if run[1].startswith("{"):  # roundtrip's report: only the main-model check fails
+        if run[1].startswith("{"):  # roundtrip's report: only the mcore-model check fails
             report = json.loads(run[1])
             failing = [c["name"] for c in report["checks"] if c["status"] == "fail"]
-            assert failing == ["source-main-model"], failing
+            assert failing == ["source-mcore-model"], failing
         else:
-            assert ": not converted: the source is not whole: main-model: " in run[2], run
+            assert ": not converted: the source is not whole: mcore-model: " in run[2], run
         event("main model not whole")
         return
     if inspected[0] == 0 and run[0] == 2:

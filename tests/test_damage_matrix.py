@@ -174,8 +174,8 @@ class Case:
     diff_all: Expect | None = None
     """``diff --all``; default: as ``diff``."""
     main_model: str = ""
-    """Regex of the first failing finding of the source's main-model check (which ``inspect``
-    does not run), for damage to the main model that a conversion cannot carry."""
+    """Regex of the first failing finding of the source's mcore-model check (which
+    ``inspect`` does not run), for damage to the main model that a conversion cannot carry."""
 
 
 def _unreadable(reason: str) -> tuple[Expect, Expect]:
@@ -210,8 +210,6 @@ CASES = [
             "is missing",
         ),
         Expect(1, rf"^integrity: B: {SHARD1}: index names shard {SHARD1} \(39 tensors\)"),
-        main_model=r"^decoder\.layers\.0\.input_layernorm\.weight: missing: .* made from "
-        r"model\.layers\.0\.input_layernorm\.weight$",  # every main layer was in that shard
     ),
     Case(
         "stale-index",
@@ -300,22 +298,19 @@ CASES = [
         "main-layer-expert-missing",
         "deepseek_v3",
         _drop("model.layers.1.mlp.experts.2.down_proj.weight"),
-        PASSES,  # nothing in one checkpoint says what a main layer must hold
-        PASSES,
-        Expect(1, r"^tensors: model\.layers\.1\.mlp\.experts\.2\.down_proj\.weight: missing"),
-        main_model=r"^decoder\.layers\.1\.mlp\.experts\.local_experts\.2\.linear_fc2\.weight: "
-        r"missing: megatron-core's model of this config holds it; it is made from "
-        r"model\.layers\.1\.mlp\.experts\.2\.down_proj\.weight$",
+        Expect(1, r"^main-model: main layer 1 \(moe\): expert 2 of 4 lacks down_proj\.weight$"),
+        Expect(1, r"^main-model: B: main layer 1 \(moe\): expert 2 of 4 lacks down_proj\.weight$"),
     ),
     Case(
         "main-layer-norm-missing",
         "glm4_moe",
         _drop("model.layers.0.input_layernorm.weight"),
-        PASSES,
-        PASSES,
-        Expect(1, r"^tensors: model\.layers\.0\.input_layernorm\.weight: missing in B"),
-        main_model=r"^decoder\.layers\.0\.input_layernorm\.weight: missing: .* made from "
-        r"model\.layers\.0\.input_layernorm\.weight$",
+        Expect(
+            1,
+            r"^main-model: main layer 0 \(dense\): 1 tensor\(s\) of the layer's own missing "
+            r"\(as main layer 1 holds them\): input_layernorm\.weight$",
+        ),
+        Expect(1, r"^main-model: B: main layer 0 \(dense\): 1 tensor\(s\) of the layer's own"),
     ),
     Case(
         "main-head-missing",
@@ -323,11 +318,10 @@ CASES = [
         _drop("lm_head.weight"),
         Expect(
             1,
-            r"^mtp-layers: lm_head\.weight: missing: the MTP layers draft through this main "
-            r"tensor \(the config does not tie it to the embedding\)$",
+            r"^main-model: lm_head\.weight: missing: the output head \(the config does not "
+            r"tie it\) of the main model$",
         ),
-        Expect(1, r"^tensors: lm_head\.weight: missing in B"),
-        main_model=r"^output_layer\.weight: missing: .* made from lm_head\.weight$",
+        Expect(1, r"^main-model: B: lm_head\.weight: missing: the output head"),
     ),
     Case(
         "count-above-the-tensors",
@@ -495,15 +489,17 @@ def test_every_command_on_a_damaged_hf_source(
         failing = _failing_checks(trip)
         inspects = [f"source-{c}" for c in _failing_checks(report)]
         assert failing[: len(inspects)] == inspects
-        assert failing[len(inspects) :] == (["source-main-model"] if case.main_model else [])
+        assert failing[len(inspects) :] == (["source-mcore-model"] if case.main_model else [])
         if case.main_model:
-            (main,) = [c for c in trip["checks"] if c["name"] == "source-main-model"]
+            (main,) = [c for c in trip["checks"] if c["name"] == "source-mcore-model"]
             first = next(f for f in main["findings"] if f["status"] == "fail")
             assert re.search(case.main_model, f"{first['subject']}: {first['message']}")
         else:
             assert _first_failure(trip) == "source-" + _first_failure(report)
         (stage1,) = [c for c in trip["checks"] if c["name"] == "stage1-convert"]
-        assert stage1["status"] == "skip" and len(trip["checks"]) == 10  # 9 source checks
+        # inspect's 9 checks on the source, and mcore-model where they pass
+        assert stage1["status"] == "skip"
+        assert len(trip["checks"]) == (11 if case.main_model else 10)
         assert len(trip["inputs"]) == 1
     assert list(work.iterdir()) == []
 
@@ -522,8 +518,8 @@ def test_every_command_on_a_damaged_hf_source(
         assert reason.startswith(f"not converted: the source fails its audit: {first}"), reason
     elif case.main_model:
         reason = _error_reason(converted, root, verb="refused")
-        assert reason.startswith("not converted: the source is not whole: main-model: "), reason
-        assert re.search(case.main_model, reason.split(": main-model: ", 1)[1]), reason
+        assert reason.startswith("not converted: the source is not whole: mcore-model: "), reason
+        assert re.search(case.main_model, reason.split(": mcore-model: ", 1)[1]), reason
     if damaged == 0:
         assert (dst / "release" / "metadata.json").is_file()
     else:

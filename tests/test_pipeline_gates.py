@@ -128,7 +128,8 @@ def test_synthetic_builds_the_declared_count_zero_too(
     assert run.exit_code == 0, run
     source = _report(run)["inputs"][0]
     assert source["declared_mtp_layers"] == 0 and source["mtp_layers"] == []
-    assert _report(run)["checks"][2]["findings"][0]["message"] == (
+    checks = {c["name"]: c for c in _report(run)["checks"]}
+    assert checks["source-mtp-count"]["findings"][0]["message"] == (
         "config declares 0 MTP layers (num_nextn_predict_layers); none present"
     )
 
@@ -139,8 +140,13 @@ def test_roundtrip_source_stage_names_the_main_model_it_checked(
     run = run_cli("roundtrip", DS, "--workdir", tmp_path, "--format", "json")
     assert run.exit_code == 0, run
     checks = {c["name"]: c for c in _report(run)["checks"]}
-    assert checks["source-main-model"]["findings"][0]["message"] == (
+    assert checks["source-mcore-model"]["findings"][0]["message"] == (
         "35 main-model tensors, as megatron-core's model of the config holds them"
+    )
+    assert checks["source-main-model"]["findings"][0]["message"] == (
+        "2 of 2 decoder layers present, 1 with all 4 routed experts; embedding, final norm and "
+        "head present; each layer held to the others of its kind (2 kinds); 2 the only one of "
+        "its kind, checked for presence and experts only"
     )
 
 

@@ -52,6 +52,7 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
         "source-mtp-trained": "pass",
         "source-serving": {"deepseek_v3": "warn", "glm4_moe": "info", "mimo": "skip"}[family],
         "source-main-model": "pass",
+        "source-mcore-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "pass",
         "stage1-tensors": "pass",

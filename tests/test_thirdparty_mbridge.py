@@ -118,6 +118,7 @@ def test_glm_roundtrip_verdicts(glm: Kept) -> None:
         "source-mtp-trained": "pass",
         "source-serving": "info",  # vLLM drafts through the main embedding and head
         "source-main-model": "pass",
+        "source-mcore-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
         "stage1-tensors": "fail",
@@ -262,6 +263,7 @@ def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
         "source-mtp-trained": "pass",
         "source-serving": "skip",
         "source-main-model": "pass",
+        "source-mcore-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "warn",  # a bare dist_checkpointing.save records no args
         "stage1-tensors": "fail",

@@ -88,6 +88,7 @@ def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: Kept) -> None:
         "source-mtp-trained": "pass",
         "source-serving": "warn",  # the fixture's config lacks scoring_func / topk_method
         "source-main-model": "pass",
+        "source-mcore-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "fail",
         "stage1-tensors": "fail",
@@ -138,6 +139,7 @@ def test_glm45_router_bias_rounded_and_copies_not_exported(glm: Kept) -> None:
         "source-mtp-trained": "pass",
         "source-serving": "info",  # vLLM drafts through the main embedding and head
         "source-main-model": "pass",
+        "source-mcore-model": "pass",
         "stage1-convert": "pass",
         "stage1-mtp-count": "pass",
         "stage1-tensors": "fail",

@@ -26,7 +26,7 @@ from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, top_level
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
 
-NAME = "megatron-model"
+NAME = "mcore-model"
 TITLE = "Main model as megatron-core's GPTModel of the config holds it"
 
 _NORM_ALIASES = {f.fused: f.norm for f in FUSED_NORMS}
