@@ -59,6 +59,7 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
         "stage2-convert": "pass",
         "config": "pass",
         "roundtrip-tensors": "pass",
+        "final-main-model": "pass",
         "final-mtp-count": "pass",
     }
     assert {t["status"] for t in report["tensors"]} == {"equal"}

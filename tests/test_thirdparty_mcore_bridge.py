@@ -120,10 +120,11 @@ def test_qwen3_5_moe_export_swaps_fused_and_per_expert_storage(run_cli, tmp_path
 
 def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) -> None:
     """mcore-bridge maps Nemotron-H's Mamba, attention and MoE layers, not its dense MLP
-    (``-``) layer, whose Megatron tensors hold whatever memory the model was built on. The MTP
-    block, nested as megatron-core's hybrid stack though the saved args do not say so, maps
-    bit for bit; the MTP scope passes, ``--all`` names the dense layer and the Mamba
-    parameters it widened to F32."""
+    (``-``) layer, whose Megatron tensors hold whatever memory the model was built on, and its
+    HF export leaves that layer out altogether. The MTP block, nested as megatron-core's hybrid
+    stack though the saved args do not say so, maps bit for bit; the MTP scope passes,
+    ``--all`` names the dense layer and the Mamba parameters it widened to F32, and the round
+    trip fails on the export's main model, whatever the scope."""
     megatron = CORPUS / "nemotron_h-mtp1" / "megatron"
     inspected = run_cli("inspect", megatron, "--format", "json")
     assert inspected.exit_code == 0, inspected
@@ -138,7 +139,14 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
         ["decoder.layers.0.mixer.A_log", "decoder.layers.0.mixer.D", *dense]
     )
     assert all(messages[n].startswith("bits differ in 512 of 512 elements") for n in dense)
-    assert replay_roundtrip(run_cli, CORPUS, "nemotron_h-mtp1", tmp_path)["ok"]
+    report = replay_roundtrip(run_cli, CORPUS, "nemotron_h-mtp1", tmp_path)
+    assert failing_checks(report) == {"final-main-model": ["main layer 3 (mlp)"]}
+    assert fail_messages(report, "final-main-model") == {
+        "main layer 3 (mlp)": "all its tensors missing (no tensor of this layer in the checkpoint)"
+    }
+    exported = run_cli("inspect", CORPUS / "nemotron_h-mtp1" / "hf", "--format", "json")
+    assert exported.exit_code == 1
+    assert failing_checks(json.loads(exported.stdout)) == {"main-model": ["main layer 3 (mlp)"]}
 
 
 def test_an_mtp_layer_the_source_never_had_is_found_untrained(run_cli) -> None:

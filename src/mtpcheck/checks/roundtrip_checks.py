@@ -12,6 +12,7 @@ from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe
 from mtpcheck.checks.inspect_checks import count_check, inspect_report
+from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
@@ -52,6 +53,14 @@ def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
 def source_check(check: CheckResult) -> CheckResult:
     """``check`` as one of the source stage's: ``source-*``, titled "Source: ..."."""
     return CheckResult(f"source-{check.name}", f"Source: {check.title}", check.findings)
+
+
+def final_main_model_check(final: Checkpoint) -> CheckResult:
+    """The checkpoint a converter wrote back, held to its own config: an export that drops
+    main layers or shards passes an MTP-scope comparison, so its main model is judged whole
+    here whatever the scope."""
+    check = main_model_check(final, analyse(final.config, final.tensors, final.config_path))
+    return CheckResult("final-main-model", f"Final: {check.title}", check.findings)
 
 
 def final_count_check(final: Checkpoint) -> CheckResult:

@@ -21,6 +21,7 @@ from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
     final_count_check,
+    final_main_model_check,
     source_check,
     source_checks,
     stage1_checks,
@@ -386,5 +387,5 @@ def check(
     second, comparisons = stage2_checks(
         opened.source, opened.final, stage1_results, expected, all_tensors, compare
     )
-    checks += (*second, final_count_check(opened.final))
+    checks += (*second, final_main_model_check(opened.final), final_count_check(opened.final))
     return Report("roundtrip", tuple(inputs), tuple(checks), comparisons)
