@@ -571,9 +571,10 @@ def _mg_metadata_garbage(root: Path) -> Path:
     return path
 
 
-def _mg_forget(name: str) -> Damage:
-    """Drop tensor ``name`` from the checkpoint's ``.metadata`` (as a save that skipped it):
-    torch DCP's own Metadata object, unpickled and pickled again (we wrote this file)."""
+def _mg_forget(name: str, prefix: bool = False) -> Damage:
+    """Drop tensor ``name`` (with ``prefix``: every entry starting so) from the checkpoint's
+    ``.metadata``, as a save that skipped it: torch DCP's own Metadata object, unpickled and
+    pickled again (we wrote this file)."""
 
     def damage(root: Path) -> None:
         import pickle
@@ -581,7 +582,10 @@ def _mg_forget(name: str) -> Damage:
         path = root / "release" / ".metadata"
         with open(path, "rb") as f:
             metadata = pickle.load(f)
-        del metadata.state_dict_metadata[name]
+        keys = [k for k in metadata.state_dict_metadata if k.startswith(name)] if prefix else [name]
+        assert keys, name
+        for key in keys:
+            del metadata.state_dict_metadata[key]
         with open(path, "wb") as f:
             pickle.dump(metadata, f)
 
@@ -637,6 +641,28 @@ MEGATRON_CASES = [
         ),
         Expect(1, rf"^tensors: {MTP_MG}enorm\.weight: missing in B \(was BF16\[16\]\)"),
         Expect(1, r"^not converted: the source fails its audit: mtp-count: config declares 1"),
+    ),
+    MegatronCase(
+        "main-layer-left-out-of-the-save",
+        _mg_forget("decoder.layers.0.", prefix=True),
+        Expect(1, r"^main-model: main layer 0 \(dense\): all its tensors missing \(no tensor of"),
+        Expect(1, r"^main-model: B: main layer 0 \(dense\): all its tensors missing"),
+        Expect(
+            1,
+            r"^not converted: the source fails its audit: main-model: main layer 0 \(dense\): "
+            r"all its tensors missing",
+        ),
+    ),
+    MegatronCase(
+        "final-norm-left-out-of-the-save",
+        _mg_forget("decoder.final_layernorm.weight"),
+        Expect(
+            1,
+            r"^main-model: decoder\.final_layernorm\.weight: missing: the final norm of the "
+            r"main model$",
+        ),
+        Expect(1, r"^main-model: B: decoder\.final_layernorm\.weight: missing"),
+        Expect(1, r"^not converted: the source fails its audit: main-model: decoder\."),
     ),
     MegatronCase(
         # nothing in the Megatron checkpoint can show it; diff against the source does, and

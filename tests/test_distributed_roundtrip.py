@@ -95,7 +95,7 @@ def test_clean_round_trip_on_two_ranks(run_cli: Callable[..., Run], tmp_path: Pa
     checks = _checks(report)
     assert checks.pop("source-shared-copies") == "skip"  # MiMo stores no copies
     assert checks.pop("source-serving") == "skip"  # no engine reads MiMo's config oddly
-    assert set(checks.values()) == {"pass"} and len(checks) == 14
+    assert set(checks.values()) == {"pass"} and len(checks) == 16
     assert {t["status"] for t in report["tensors"]} == {"equal"}
 
 

@@ -179,3 +179,33 @@ def test_a_file_that_lost_its_nextn_tensors_names_them(run_cli, tmp_path: Path) 
     report = _report(run_cli, "inspect", damaged, code=1)
     failed = [f for f in _findings(report, "mtp-layers") if f["status"] == "fail"]
     assert failed and "blk.2.nextn.eh_proj.weight" in failed[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("lost", "subject", "message"),
+    [
+        (
+            "blk.0.",
+            "main layer 0 (dense)",
+            "all its tensors missing (no tensor of this layer in the checkpoint)",
+        ),
+        ("output_norm.weight", "output_norm.weight", "missing: the final norm of the main model"),
+        (
+            "blk.1.ffn_down_exps.weight",
+            "main layer 1 (moe)",
+            "1 tensor(s) of its ffn missing (as the MTP block blk.2. mirroring it holds them): "
+            "ffn_down_exps.weight",
+        ),
+    ],
+)
+def test_a_file_that_lost_main_weights_names_them(
+    run_cli, tmp_path: Path, lost: str, subject: str, message: str
+) -> None:
+    """A main block, the final norm or a layer's stacked experts left out of a copy that
+    gguf-py's own writer made: the main model is short of what its metadata declares (the one
+    MoE main layer is held to the nextn block that mirrors it)."""
+    damaged = tmp_path / "glm.gguf"
+    _rewrite(_gguf("glm4_moe__bf16__full"), damaged, {}, lambda n: not n.startswith(lost))
+    report = _report(run_cli, "inspect", damaged, code=1)
+    failed = [(f["subject"], f["message"]) for f in _findings(report, "main-model")]
+    assert failed == [(subject, message)]

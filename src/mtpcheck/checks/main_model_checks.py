@@ -13,6 +13,7 @@ config alone: present, with its experts; the report says so.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -221,7 +222,8 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     per_expert = any(x.experts for x in layers.values()) or any(
         _expert_of(n) is not None for n in analysis.mtp_names
     )
-    findings += _layer_findings(layout, layers, peers, per_expert)
+    mirrored = _mirrored(analysis, layout, tensors, naming)
+    findings += _layer_findings(layout, layers, peers, per_expert, mirrored)
     if not any(f.status is Status.FAIL for f in findings):
         covered = _covered(layout, layers, peers, cross)
         findings.append(Finding("main model", Status.PASS, covered))
@@ -286,16 +288,22 @@ def _layer_findings(
     layers: Mapping[int, _Layer],
     peers: Mapping[_Kind, list[int]],
     per_expert: bool,
+    mirrored: Mapping[int, list[tuple[str, _Layer]]],
 ) -> list[Finding]:
     """One finding per damaged main layer. ``per_expert``: the checkpoint stores routed
-    experts one tensor each (in some main or MTP layer)."""
+    experts one tensor each (in some main or MTP layer); ``mirrored``: the MTP blocks that
+    mirror a main layer, by its number."""
     findings = []
     for kind, kind_layers in peers.items():
         others = [j for other, js in peers.items() if _same_besides_mlp(kind, other) for j in js]
+        if any(key == "layer" for key, _ in kind):
+            everyone = others  # the config does not tell kinds apart: no layer is held to others
+        else:
+            everyone = [j for js in peers.values() for j in js]
         for k in kind_layers:
             problems = _layer_problems(k, layout, layers, kind_layers, per_expert)
             if not problems and len(kind_layers) == 1:
-                problems = _block_problems(k, layers, others)
+                problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
             if problems:
                 kind = layout.kind_words(k)
                 subject = f"main layer {k}" + (f" ({kind})" if kind else "")
@@ -366,17 +374,27 @@ def _same_besides_mlp(a: _Kind, b: _Kind) -> bool:
     return [f for f in a if f[0] not in _MLP_FACTS] == [f for f in b if f[0] not in _MLP_FACTS]
 
 
-def _block_problems(k: int, layers: Mapping[int, _Layer], others: list[int]) -> list[str]:
+def _block_problems(
+    k: int,
+    layers: Mapping[int, _Layer],
+    others: list[int],
+    everyone: list[int],
+    blocks: list[tuple[str, _Layer]],
+) -> list[str]:
     """A layer alone of its kind, module by module against layers differing only in their MLP
-    (the attention and norms of DeepSeek's one dense layer against the MoE layers')."""
+    (the attention of DeepSeek's one dense layer against the MoE layers'), its own norms
+    against every layer's (``everyone``: a decoder layer's norms are its kind's whatever its
+    attention or MLP), and its modules against the MTP blocks that mirror it (``blocks``:
+    prefix, tensors)."""
     layer = layers.get(k)
     if layer is None:
         return []
-    problems = []
+    problems = _against_blocks(layer, blocks)
     for block in sorted(layer.by_block):
         if block in _MLP_BLOCKS:
             continue
-        holders = [j for j in others if j != k and j in layers and block in layers[j].by_block]
+        pool = everyone if not block else others
+        holders = [j for j in pool if j != k and j in layers and block in layers[j].by_block]
         if not holders:
             continue
         union = frozenset().union(*(layers[j].by_block[block] for j in holders))
@@ -388,6 +406,57 @@ def _block_problems(k: int, layers: Mapping[int, _Layer], others: list[int]) -> 
                 f"{'holds' if len(holders) == 1 else 'hold'} them): {_few(lacking)}"
             )
     return problems
+
+
+def _against_blocks(layer: _Layer, blocks: list[tuple[str, _Layer]]) -> list[str]:
+    """The layer's modules against those of the MTP blocks mirroring it, module by module for
+    the modules both hold (an MTP block's own norms and projection are no module of a main
+    layer); an MLP only where both store routed experts alike (Qwen3.5 packs them in one and
+    not the other, by design)."""
+    problems = []
+    for block in sorted(b for b in layer.by_block if b):
+        alike = [(p, b) for p, b in blocks if block in b.by_block]
+        if block in _MLP_BLOCKS:
+            alike = [
+                (p, b)
+                for p, b in alike
+                if b.routed == layer.routed and bool(b.experts) == bool(layer.experts)
+            ]
+        if not alike:
+            continue
+        union = frozenset().union(*(b.by_block[block] for _, b in alike))
+        lacking = sorted(union - layer.by_block[block])
+        if lacking:
+            where = ", ".join(p for p, _ in alike)
+            problems.append(
+                f"{len(lacking)} tensor(s) of its {block} missing (as the MTP block {where} "
+                f"mirroring it holds them): {_few(lacking)}"
+            )
+    return problems
+
+
+def _mirrored(
+    analysis: MtpAnalysis, layout: MainLayout, tensors: Mapping[str, TensorMeta], naming: Naming
+) -> dict[int, list[tuple[str, _Layer]]]:
+    """Main layer number -> the MTP blocks mirroring it (prefix, their tensors)."""
+    family = analysis.family
+    assert family is not None
+    head, _, tail = family.main_layer_prefix.partition("{k}")
+    found: dict[int, list[tuple[str, _Layer]]] = {}
+    names = sorted(tensors)
+    for block_prefix, main_prefix in analysis.mirrors:
+        number = main_prefix[len(head) : len(main_prefix) - len(tail)]
+        if not number.isdigit():
+            continue
+        start = bisect.bisect_left(names, block_prefix)
+        rels = []
+        for name in names[start:]:
+            if not name.startswith(block_prefix):
+                break
+            rels.append(name[len(block_prefix) :])
+        block = _layer(block_prefix, frozenset(rels), tensors, naming)
+        found.setdefault(int(number), []).append((block_prefix, block))
+    return found
 
 
 def _lost_blocks(layer: _Layer, layers: Mapping[int, _Layer], present: list[int]) -> list[str]:

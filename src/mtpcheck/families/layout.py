@@ -34,7 +34,7 @@ from mtpcheck.model import (
     total_nbytes,
 )
 from mtpcheck.model.config_keys import TEXT_ROOTS, is_int, lookup, text_value
-from mtpcheck.params import FUSED_EXPERTS, stored_forms
+from mtpcheck.params import FUSED_EXPERTS, group, stored_forms
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,15 @@ def _in_block_form(
     return expected
 
 
+def _other_kind(inner: set[str], expected: frozenset[str]) -> bool:
+    """Whether a block and the main layer picked for it each hold parameters the other lacks
+    (stored forms aside: a BF16 block beside quantized main layers is alike): a main layer of
+    another kind, picked because the block's own is gone (which the main-model check reports),
+    not the block's own loss."""
+    mine, theirs = set(group(inner)), set(group(expected))
+    return not mine <= theirs and not theirs <= mine
+
+
 def _pick_reference(
     main: Mapping[int, frozenset[str]], inner: set[str]
 ) -> tuple[int, frozenset[str]] | None:
@@ -364,14 +373,12 @@ def analyse(
             if picked is None:
                 continue
             main_prefix = family.main_layer_prefix.replace("{k}", str(picked[0]))
+            expected = _in_block_form(picked[1], inner, main_prefix, tensors)
+            own_forms = {f for n in own[i] for f in stored_forms(n)}
+            if _other_kind({r for r in inner if prefix + r not in own_forms}, expected):
+                continue
             matched.append(main_prefix)
             mirrors.append((prefix, main_prefix))
-            expected = _in_block_form(picked[1], inner, main_prefix, tensors)
-            if not inner <= expected and not expected <= inner:
-                # each holds what the other lacks: a main layer of another kind (the one the
-                # block mirrors is gone, which the main-model check reports), not the block's
-                # own loss
-                continue
             missing |= lacking(family, expected - inner, expected, prefix, inner, tensors)
             reference = (main_prefix, picked[1])
         if reference is not None:
