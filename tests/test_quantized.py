@@ -258,3 +258,65 @@ def test_a_quantized_mtp_only_tensor_without_its_scale_is_incomplete(
     assert run.exit_code == 1, run
     [(status, _, message)] = _findings(_report(run), "mtp-layers")
     assert status == "fail" and message.endswith(f"tensors missing: {dropped}"), message
+
+
+@pytest.mark.parametrize("case", [k for k in KEPT if CASES[k]["mtp"] == "quantized"])
+def test_an_intact_quantized_source_is_refused_by_the_converters(
+    case: str, run_cli, tmp_path: Path
+) -> None:
+    """The HF <-> Megatron mapping moves full-precision weights: convert and roundtrip refuse
+    an intact quantized source in one line naming its scheme (exit 2), before any work, and
+    leave nothing behind."""
+    source = CORPUS / case
+    declared = json.loads((source / "config.json").read_text())["quantization_config"]
+    scheme = ", ".join([declared["quant_method"], declared["format"]])
+    reason = (
+        f"the source is quantized ({scheme}): the HF <-> Megatron mapping converts "
+        "full-precision weights only; compare a quantized copy with its source with "
+        "`mtpcheck diff SRC QUANTIZED --dequantize`"
+    )
+    dst = tmp_path / "out" / "megatron"
+    converted = run_cli("convert", "hf-to-megatron", source, dst)
+    assert (converted.exit_code, converted.stdout) == (2, ""), converted
+    assert converted.stderr == f"mtpcheck: error: {source}: {reason}\n"
+    assert not (tmp_path / "out").exists()
+    work = tmp_path / "work"
+    tripped = run_cli("roundtrip", source, "--workdir", work)
+    assert (tripped.exit_code, tripped.stdout) == (2, ""), tripped
+    assert tripped.stderr.splitlines()[-1] == f"mtpcheck: error: {source}: {reason}"
+    assert list(work.iterdir()) == []
+
+
+def test_a_damaged_quantized_source_gets_its_damage_findings(run_cli, tmp_path: Path) -> None:
+    source = CORPUS / "llmc-oneshot-deepseek_v3-fp8_dynamic-lost"
+    converted = run_cli("convert", "hf-to-megatron", source, tmp_path / "out")
+    assert converted.exit_code == 1, converted
+    assert converted.stderr.startswith(
+        f"mtpcheck: refused: {source}: not converted: the source fails its audit: mtp-count: "
+    )
+
+
+def test_equal_scales_of_a_quantized_weight_are_no_copied_tensor(run_cli, tmp_path: Path) -> None:
+    """llm-compressor's FP8-block output where an MTP projection's scale equals a main layer's
+    byte for byte (a coincidence of quantization, here made so by the safetensors library): a
+    side part of a quantized weight, not a block tensor copied from a main layer."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    root = Path(
+        shutil.copytree(CORPUS / "llmc-mfptq-deepseek_v3-fp8_block-quantized", tmp_path / "q")
+    )
+    main, mtp = (f"model.layers.{k}.self_attn.kv_a_proj_with_mqa.weight_scale" for k in (1, 2))
+    index = json.loads((root / "model.safetensors.index.json").read_text())["weight_map"]
+    scale = load_file(str(root / index[main]))[main]
+    shard = root / index[mtp]
+    with safe_open(str(shard), "pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(shard))
+    assert tensors[mtp].shape == scale.shape and not tensors[mtp].equal(scale)
+    tensors[mtp] = scale.clone()
+    save_file(tensors, str(shard), metadata=metadata)
+    run = run_cli("inspect", root, "--format", "json")
+    assert run.exit_code == 0, run
+    [(status, subject, message)] = _findings(_report(run), "mtp-trained")
+    assert (status, subject) == ("pass", "mtp layer 0") and "looks trained" in message
