@@ -14,10 +14,11 @@ config alone: present, with its experts; the report says so.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mtpcheck.dtypes import is_high_precision
@@ -39,9 +40,6 @@ from mtpcheck.params import group, stored_forms
 NAME = "main-model"
 TITLE = "Main model held to its config"
 
-_EXPERT = re.compile(r"^(.*?experts\.(?:local_experts\.)?)(\d+)(\..+)$")
-"""A routed expert's tensor: HF ``mlp.experts.{e}.down_proj.weight``, Megatron's
-``mlp.experts.local_experts.{e}.linear_fc2.weight``."""
 _GROUPED_EXPERT = re.compile(r"^(.*experts\.linear_fc\d\.(?:weight|bias))(\d+)$")
 """Transformer Engine's grouped experts: ``mlp.experts.linear_fc1.weight{e}``."""
 _MLP_BLOCKS = frozenset(
@@ -83,11 +81,18 @@ class _Layer:
 
 
 def _expert_of(rel: str) -> tuple[str, int, str] | None:
-    """(name with the index as ``*``, expert index, the expert's own parameter)."""
-    m = _EXPERT.match(rel)
-    if m is not None:
-        return f"{m.group(1)}*{m.group(3)}", int(m.group(2)), m.group(3)[1:]
-    m = _GROUPED_EXPERT.match(rel)
+    """(name with the index as ``*``, expert index, the expert's own parameter), by string
+    search (a DeepSeek-V3 layer holds 1,536 expert tensors)."""
+    at = rel.find("experts.")
+    if at < 0:
+        return None
+    start = at + len("experts.")
+    if rel.startswith("local_experts.", start):  # Megatron's SequentialMLP
+        start += len("local_experts.")
+    end = rel.find(".", start)
+    if end > start and rel[start:end].isdigit():
+        return f"{rel[:start]}*{rel[end:]}", int(rel[start:end]), rel[end + 1 :]
+    m = _GROUPED_EXPERT.match(rel) if rel[-1:].isdigit() else None
     if m is not None:
         return f"{m.group(1)}*", int(m.group(2)), m.group(1).rsplit(".", 2)[-2]
     return None
@@ -104,30 +109,112 @@ def _block(rel: str, naming: Naming) -> str | None:
     return None
 
 
+_Folded = tuple[set[str], dict[int, set[str]], dict[str, str]]
+"""Names with each routed expert's index written ``*``; expert index -> its own parameters;
+folded name -> one stored name it stands for (its shape is every expert's)."""
+
+
+def _fold(rels: frozenset[str]) -> _Folded:
+    """The routed experts of a layer folded, name by name."""
+    folded: set[str] = set()
+    held: dict[int, set[str]] = {}
+    first: dict[str, str] = {}
+    for rel in rels:
+        found = _expert_of(rel)
+        if found is None:
+            folded.add(rel)
+            continue
+        name, index, own = found
+        held.setdefault(index, set()).add(own)
+        if name not in folded:
+            folded.add(name)
+            first[name] = rel
+    return folded, held, first
+
+
+_EXPERT_INDEX = re.compile(r"experts\.(\d+)\.")
+"""A routed expert's index, HF's and Megatron's ``local_experts`` alike; the whole match is
+replaced by a literal (``re.sub`` then stays in C)."""
+_GROUPED_INDEX = {
+    fc: re.compile(rf"experts\.{fc}\.weight(\d+)$", re.M) for fc in ("linear_fc1", "linear_fc2")
+}
+"""Transformer Engine's grouped experts' indices, by projection."""
+
+
+def _fold_fast(rels: frozenset[str]) -> _Folded | None:
+    """The routed experts of a layer folded by regular expressions over all its names at once
+    (C speed: DeepSeek-V3 has 92k names), where every expert holds the same parameters; None
+    where they do not (a damaged layer, folded name by name to say which lacks what)."""
+    joined = "\n".join(rels)
+    indices = _EXPERT_INDEX.findall(joined)
+    if indices:
+        joined = _EXPERT_INDEX.sub("experts.*.", joined)
+    if "experts.linear_fc" in joined:
+        for fc, pattern in _GROUPED_INDEX.items():
+            indices += pattern.findall(joined)
+            joined = pattern.sub(f"experts.{fc}.weight*", joined)
+    if not indices:
+        return set(rels), {}, {}
+    folded = set(joined.split("\n"))
+    star = [n for n in folded if "*" in n]
+    per_expert = set(Counter(indices).values())
+    if len(per_expert) != 1 or per_expert.pop() != len(star):
+        return None
+    own = {n[n.index("*") + 2 :] if "*." in n else n[:-1].rsplit(".", 2)[-2] for n in star}
+    numbers = {int(i) for i in set(indices)}
+    low = str(min(numbers))
+    first = {n: n.replace("*", low, 1) for n in star}
+    return folded, dict.fromkeys(numbers, own), first
+
+
 def _layer(
     prefix: str, rels: frozenset[str], tensors: Mapping[str, TensorMeta], naming: Naming
 ) -> _Layer:
-    names: set[str] = set()
-    experts: dict[int, set[str]] = {}
+    """One layer's tensors as logical parameters, with the shapes its stored values have."""
+    structure, stored = _structure(rels, naming)
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
-    params = group(rels)
-    for logical, param in params.items():
-        found = _expert_of(logical)
-        key = logical if found is None else found[0]
-        if found is not None:
-            experts.setdefault(found[1], set()).add(found[2])
-        names.add(key)
-        values = param.values
-        meta = tensors.get(prefix + values) if values is not None else None
-        if meta is not None and key not in shapes:
-            shapes[key] = (meta.dtype, tuple(meta.shape))
-    frozen = {e: frozenset(p) for e, p in experts.items()}
+    for logical, values in stored.items():
+        meta = tensors.get(prefix + values)
+        if meta is not None:
+            shapes[logical] = (meta.dtype, tuple(meta.shape))
+    return replace(structure, shapes=shapes)
+
+
+@functools.lru_cache(maxsize=16)
+def _structure(rels: frozenset[str], naming: Naming) -> tuple[_Layer, Mapping[str, str]]:
+    """What a layer of these relative names holds (shapes left empty), and parameter -> the
+    stored name of its values. Routed experts are folded into one name a projection (index
+    ``*``) before grouping, so that grouping sees a few dozen names a layer rather than every
+    expert's; layers of the same names (DeepSeek-V3's 58 MoE layers) are worked out once."""
+    folded, held, first = _fold_fast(rels) or _fold(rels)
+    params = group(folded)
+    stored = {
+        logical: first.get(param.values, param.values)
+        for logical, param in params.items()
+        if param.values is not None
+    }
+    parts = (
+        {
+            stored_name: logical
+            for logical, p in group(set().union(*held.values())).items()
+            for stored_name in p.stored
+        }
+        if held
+        else {}
+    )
+    logical: dict[int, frozenset[str]] = {}  # by id of a stored set: experts share one
+    frozen = {
+        e: logical.setdefault(id(owns), frozenset(parts[own] for own in owns))
+        for e, owns in held.items()
+    }
+    names = set(params)
+    count = sum(1 for n in names if "*" not in n) + sum(len(p) for p in frozen.values())
     by_block: dict[str, set[str]] = {}
     for n in names:
         by_block.setdefault(_block(n, naming) or "", set()).add(n)
     blocks = frozenset(b for b in by_block if b)
     grouped = {b: frozenset(ns) for b, ns in by_block.items()}
-    return _Layer(frozenset(names), frozen, shapes, len(params), blocks, grouped)
+    return _Layer(frozenset(names), frozen, {}, count, blocks, grouped), stored
 
 
 def _few(names: list[str], shown: int = 4) -> str:
@@ -216,13 +303,14 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
             )
         )
         return CheckResult(NAME, TITLE, tuple(findings))
-    layers = _main_layers(analysis, layout, tensors, naming)
+    names = sorted(tensors)
+    layers = _main_layers(analysis, layout, tensors, names, naming)
     cross = _cross_checks(layout, naming)
     peers = _peers(layout, layers, analysis, cross)
     per_expert = any(x.experts for x in layers.values()) or any(
         _expert_of(n) is not None for n in analysis.mtp_names
     )
-    mirrored = _mirrored(analysis, layout, tensors, naming)
+    mirrored = _mirrored(analysis, tensors, names, naming)
     findings += _layer_findings(layout, layers, peers, per_expert, mirrored)
     if not any(f.status is Status.FAIL for f in findings):
         covered = _covered(layout, layers, peers, cross)
@@ -231,22 +319,24 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
 
 
 def _main_layers(
-    analysis: MtpAnalysis, layout: MainLayout, tensors: Mapping[str, TensorMeta], naming: Naming
+    analysis: MtpAnalysis,
+    layout: MainLayout,
+    tensors: Mapping[str, TensorMeta],
+    names: list[str],
+    naming: Naming,
 ) -> dict[int, _Layer]:
     """Main layers 0 .. layers - 1 that hold a tensor, leaving out MTP layers that share the
     main layers' prefix (MTP layers counted inside ``num_hidden_layers``)."""
     family = analysis.family
     assert family is not None and layout.layers is not None
     template = family.main_layer_prefix.replace("{k}", "{n}")
-    by_layer = LayerNames(sorted(tensors), template, layout.layers)
-    mtp = analysis.mtp_names
+    by_layer = LayerNames(names, template, layout.layers)
+    mtp_inside = {int(k) for k in _mtp_layer_numbers(analysis)}
     found = {}
     for k in by_layer:
-        prefix = family.main_layer_prefix.replace("{k}", str(k))
-        rels = by_layer[k]
-        if mtp and any(prefix + r in mtp for r in rels):
-            continue
-        found[k] = _layer(prefix, rels, tensors, naming)
+        if k not in mtp_inside:
+            prefix = family.main_layer_prefix.replace("{k}", str(k))
+            found[k] = _layer(prefix, by_layer[k], tensors, naming)
     return found
 
 
@@ -294,6 +384,7 @@ def _layer_findings(
     experts one tensor each (in some main or MTP layer); ``mirrored``: the MTP blocks that
     mirror a main layer, by its number."""
     findings = []
+    groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup] = {}
     for kind, kind_layers in peers.items():
         others = [j for other, js in peers.items() if _same_besides_mlp(kind, other) for j in js]
         if any(key == "layer" for key, _ in kind):
@@ -301,7 +392,7 @@ def _layer_findings(
         else:
             everyone = [j for js in peers.values() for j in js]
         for k in kind_layers:
-            problems = _layer_problems(k, layout, layers, kind_layers, per_expert)
+            problems = _layer_problems(k, layout, layers, kind_layers, per_expert, groups)
             if not problems and len(kind_layers) == 1:
                 problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
             if problems:
@@ -336,6 +427,7 @@ def _layer_problems(
     layers: Mapping[int, _Layer],
     kind_layers: list[int],
     per_expert: bool,
+    groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup],
 ) -> list[str]:
     """What layer ``k`` lacks against the other present layers of its kind (``kind_layers``):
     those built of the same modules are its peers, name for name and shape for shape; a layer
@@ -349,9 +441,13 @@ def _layer_problems(
         j = next(j for j in present if layers[j].blocks == usual)
         return [f"all {layers[j].count} tensors missing (as main layer {j} of its kind holds them)"]
     peers = [j for j in present if layers[j].blocks == layer.blocks]
+    group = groups.get((layer.blocks, tuple(sorted([k, *peers]))))
+    if group is None:
+        group = groups[(layer.blocks, tuple(sorted([k, *peers])))] = _PeerGroup.of(
+            tuple(sorted([k, *peers])), layers
+        )
     problems = []
-    union = frozenset().union(*(layers[j].names for j in peers)) if peers else frozenset()
-    lacking = sorted(union - layer.names)
+    lacking = sorted(group.names - layer.names) if peers else []
     if lacking:
         problems.append(
             f"{len(lacking)} tensor(s) of its kind missing (as {_layers_named(peers)} "
@@ -362,7 +458,8 @@ def _layer_problems(
         # (llama.cpp's metadata) mixes layers of other modules in one kind
         problems += _lost_blocks(layer, layers, present)
     problems += _expert_problems(k, layout, layer, per_expert)
-    problems += _shape_problems(layer, layers, peers)
+    if peers:
+        problems += _shape_problems(layer, group)
     return problems
 
 
@@ -436,14 +533,13 @@ def _against_blocks(layer: _Layer, blocks: list[tuple[str, _Layer]]) -> list[str
 
 
 def _mirrored(
-    analysis: MtpAnalysis, layout: MainLayout, tensors: Mapping[str, TensorMeta], naming: Naming
+    analysis: MtpAnalysis, tensors: Mapping[str, TensorMeta], names: list[str], naming: Naming
 ) -> dict[int, list[tuple[str, _Layer]]]:
     """Main layer number -> the MTP blocks mirroring it (prefix, their tensors)."""
     family = analysis.family
     assert family is not None
     head, _, tail = family.main_layer_prefix.partition("{k}")
     found: dict[int, list[tuple[str, _Layer]]] = {}
-    names = sorted(tensors)
     for block_prefix, main_prefix in analysis.mirrors:
         number = main_prefix[len(head) : len(main_prefix) - len(tail)]
         if not number.isdigit():
@@ -501,18 +597,40 @@ def _expert_problems(k: int, layout: MainLayout, layer: _Layer, per_expert: bool
     return problems
 
 
-def _shape_problems(layer: _Layer, layers: Mapping[int, _Layer], others: list[int]) -> list[str]:
-    """Parameters stored in the dtype their peers store them in, but in another shape than
-    most of them (peers that store a parameter otherwise, quantized or not, are not compared)."""
+@dataclass(frozen=True)
+class _PeerGroup:
+    """Layers of one kind built of the same modules, taken together once (not pair by pair:
+    DeepSeek-V3 has 58 alike)."""
+
+    members: tuple[int, ...]
+    names: frozenset[str]
+    """Every parameter any of them holds."""
+    shapes: Counter[tuple[str, str, tuple[int, ...]]]
+    """(parameter, dtype, shape) -> how many of them store it so."""
+
+    @classmethod
+    def of(cls, members: tuple[int, ...], layers: Mapping[int, _Layer]) -> _PeerGroup:
+        shapes: Counter[tuple[str, str, tuple[int, ...]]] = Counter()
+        for j in members:
+            shapes.update((n, d, s) for n, (d, s) in layers[j].shapes.items())
+        names = frozenset().union(*(layers[j].names for j in members))
+        return cls(members, names, shapes)
+
+
+def _shape_problems(layer: _Layer, group: _PeerGroup) -> list[str]:
+    """Parameters stored in the dtype their peers store them in, but in a shape none of them
+    has (peers that store a parameter otherwise, quantized or not, are not compared)."""
     problems = []
     for name, (dtype, shape) in sorted(layer.shapes.items()):
-        seen = Counter(
-            layers[j].shapes[name][1]
-            for j in others
-            if name in layers[j].shapes and layers[j].shapes[name][0] == dtype
-        )
-        if seen and shape not in seen:
-            usual = seen.most_common(1)[0][0]
+        if group.shapes[(name, dtype, shape)] > 1:
+            continue  # a peer stores it so too
+        others = [
+            (count, s)
+            for (n, d, s), count in group.shapes.items()
+            if n == name and d == dtype and s != shape
+        ]
+        if others:
+            usual = max(others)[1]
             problems.append(f"{name} has shape {list(shape)} where its peers hold {list(usual)}")
     return problems
 
