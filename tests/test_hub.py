@@ -434,3 +434,34 @@ def test_hub_inspect_imports_no_torch(hub: FakeHub, tmp_path: Path) -> None:
     }
     assert "huggingface_hub" in imported  # the check can see a heavy import when there is one
     assert not imported & {"torch", "transformers", "megatron", "numpy", "safetensors"}
+
+
+def test_a_repository_short_of_a_main_layer_fails_from_its_headers(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    """An export that lost a decoder layer, its index rebuilt to match: by headers alone,
+    no tensor byte downloaded, the main model is short of what its config declares."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    short = Path(shutil.copytree(FIXTURES / "qwen3_5_text", tmp_path / "short"))
+    for shard in short.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            metadata = f.metadata()
+        tensors = load_file(str(shard))
+        kept = {n: t for n, t in tensors.items() if not n.startswith("model.layers.0.")}
+        save_file(kept, str(shard), metadata=metadata)
+    index = short / "model.safetensors.index.json"
+    if index.exists():
+        content = json.loads(index.read_text())
+        content["weight_map"] = {
+            n: f for n, f in content["weight_map"].items() if not n.startswith("model.layers.0.")
+        }
+        index.write_text(json.dumps(content))
+    hub.add("org/short", short)
+    run = run_cli("inspect", "hf://org/short", "--format", "json")
+    assert run.exit_code == 1, run
+    assert _findings(_report(run))["main-model"] == [
+        ("fail", "all 14 tensors missing (as main layer 1 of its kind holds them)")
+    ]
+    assert "no tensor bytes" in run.stderr.strip().splitlines()[-1]

@@ -7,20 +7,20 @@ must hold is read from two places: the config (how many layers, the kind of each
 experts of an MoE layer, a tied head: :mod:`mtpcheck.families.main_layout`) and the other
 layers of the same kind in the same checkpoint (their tensor names and shapes). Names are
 compared as logical parameters, so a quantized weight with its scales is one tensor, in any
-format's names (HF, Megatron, GGUF). A layer that is the only one of its kind is held to the
-config alone: present, with its experts; the report says so.
+format's names (HF, Megatron, GGUF). A layer that is the only one of its kind is held, module
+by module, to layers differing from it only in their MLP and to the MTP blocks that mirror it;
+its MLP may then be held to nothing, which the PASS line says.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
-import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, expert_of, read_layer
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.main_layout import MainLayout, main_layout
@@ -35,186 +35,15 @@ from mtpcheck.model import (
     TensorMeta,
 )
 from mtpcheck.model.config_keys import is_int, text_value
-from mtpcheck.params import group, stored_forms
+from mtpcheck.params import stored_forms
 
 NAME = "main-model"
 TITLE = "Main model held to its config"
 
-_GROUPED_EXPERT = re.compile(r"^(.*experts\.linear_fc\d\.(?:weight|bias))(\d+)$")
-"""Transformer Engine's grouped experts: ``mlp.experts.linear_fc1.weight{e}``."""
-_MLP_BLOCKS = frozenset(
-    {"mlp", "moe", "ffn", "block_sparse_moe", "feed_forward", "share_expert", "shared_mlp"}
-)
-"""Modules that are a layer's MLP (dense or MoE): they differ between dense and MoE layers."""
 _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
 """Kind facts about the MLP alone: layers differing only there share their other modules."""
-_STACKED = re.compile(r"(?:^|\.)experts\.|_exps\.")
-"""Names of routed experts stored stacked in one tensor (``mlp.experts.gate_up_proj``,
-llama.cpp's ``ffn_up_exps.weight``), not a shared expert's."""
-
-
 _Kind = tuple[tuple[str, str], ...]
 """A layer's kind: (fact, value) pairs."""
-
-
-@dataclass(frozen=True)
-class _Layer:
-    """One main layer's tensors, as logical parameters relative to its prefix."""
-
-    names: frozenset[str]
-    """Every parameter, a routed expert's index written ``*``."""
-    experts: Mapping[int, frozenset[str]]
-    """Routed expert index -> the expert's own parameters (``down_proj.weight``)."""
-    shapes: Mapping[str, tuple[str, tuple[int, ...]]]
-    """Parameter (expert index ``*``) -> (dtype, shape) of its stored values."""
-    count: int
-    """Parameters held, each expert's counted."""
-    blocks: frozenset[str]
-    """The modules it is made of (``self_attn``, ``mlp``; llama.cpp's ``attn``, ``ffn``,
-    ``ssm``): a layer of a hybrid stack differs from its neighbours there."""
-    by_block: Mapping[str, frozenset[str]]
-    """Module -> its parameters; ``""`` for the layer's own (its norms)."""
-
-    @property
-    def routed(self) -> bool:
-        return bool(self.experts) or any(_STACKED.search(n) for n in self.names)
-
-
-def _expert_of(rel: str) -> tuple[str, int, str] | None:
-    """(name with the index as ``*``, expert index, the expert's own parameter), by string
-    search (a DeepSeek-V3 layer holds 1,536 expert tensors)."""
-    at = rel.find("experts.")
-    if at < 0:
-        return None
-    start = at + len("experts.")
-    if rel.startswith("local_experts.", start):  # Megatron's SequentialMLP
-        start += len("local_experts.")
-    end = rel.find(".", start)
-    if end > start and rel[start:end].isdigit():
-        return f"{rel[:start]}*{rel[end:]}", int(rel[start:end]), rel[end + 1 :]
-    m = _GROUPED_EXPERT.match(rel) if rel[-1:].isdigit() else None
-    if m is not None:
-        return f"{m.group(1)}*", int(m.group(2)), m.group(1).rsplit(".", 2)[-2]
-    return None
-
-
-def _block(rel: str, naming: Naming) -> str | None:
-    """The module a parameter belongs to, if it is in one: the first part of a name with a
-    module path (not a layer's own norm), or llama.cpp's prefix (``attn_q`` -> ``attn``)."""
-    parts = rel.split(".")
-    if naming is Naming.GGUF:
-        return parts[0].split("_", 1)[0]
-    if len(parts) >= 3 or (len(parts) == 2 and parts[1] not in ("weight", "bias")):
-        return parts[0]  # a module's parameter (``mlp.expert_bias`` too)
-    return None
-
-
-_Folded = tuple[set[str], dict[int, set[str]], dict[str, str]]
-"""Names with each routed expert's index written ``*``; expert index -> its own parameters;
-folded name -> one stored name it stands for (its shape is every expert's)."""
-
-
-def _fold(rels: frozenset[str]) -> _Folded:
-    """The routed experts of a layer folded, name by name."""
-    folded: set[str] = set()
-    held: dict[int, set[str]] = {}
-    first: dict[str, str] = {}
-    for rel in rels:
-        found = _expert_of(rel)
-        if found is None:
-            folded.add(rel)
-            continue
-        name, index, own = found
-        held.setdefault(index, set()).add(own)
-        if name not in folded:
-            folded.add(name)
-            first[name] = rel
-    return folded, held, first
-
-
-_EXPERT_INDEX = re.compile(r"experts\.(\d+)\.")
-"""A routed expert's index, HF's and Megatron's ``local_experts`` alike; the whole match is
-replaced by a literal (``re.sub`` then stays in C)."""
-_GROUPED_INDEX = {
-    fc: re.compile(rf"experts\.{fc}\.weight(\d+)$", re.M) for fc in ("linear_fc1", "linear_fc2")
-}
-"""Transformer Engine's grouped experts' indices, by projection."""
-
-
-def _fold_fast(rels: frozenset[str]) -> _Folded | None:
-    """The routed experts of a layer folded by regular expressions over all its names at once
-    (C speed: DeepSeek-V3 has 92k names), where every expert holds the same parameters; None
-    where they do not (a damaged layer, folded name by name to say which lacks what)."""
-    joined = "\n".join(rels)
-    indices = _EXPERT_INDEX.findall(joined)
-    if indices:
-        joined = _EXPERT_INDEX.sub("experts.*.", joined)
-    if "experts.linear_fc" in joined:
-        for fc, pattern in _GROUPED_INDEX.items():
-            indices += pattern.findall(joined)
-            joined = pattern.sub(f"experts.{fc}.weight*", joined)
-    if not indices:
-        return set(rels), {}, {}
-    folded = set(joined.split("\n"))
-    star = [n for n in folded if "*" in n]
-    per_expert = set(Counter(indices).values())
-    if len(per_expert) != 1 or per_expert.pop() != len(star):
-        return None
-    own = {n[n.index("*") + 2 :] if "*." in n else n[:-1].rsplit(".", 2)[-2] for n in star}
-    numbers = {int(i) for i in set(indices)}
-    low = str(min(numbers))
-    first = {n: n.replace("*", low, 1) for n in star}
-    return folded, dict.fromkeys(numbers, own), first
-
-
-def _layer(
-    prefix: str, rels: frozenset[str], tensors: Mapping[str, TensorMeta], naming: Naming
-) -> _Layer:
-    """One layer's tensors as logical parameters, with the shapes its stored values have."""
-    structure, stored = _structure(rels, naming)
-    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for logical, values in stored.items():
-        meta = tensors.get(prefix + values)
-        if meta is not None:
-            shapes[logical] = (meta.dtype, tuple(meta.shape))
-    return replace(structure, shapes=shapes)
-
-
-@functools.lru_cache(maxsize=16)
-def _structure(rels: frozenset[str], naming: Naming) -> tuple[_Layer, Mapping[str, str]]:
-    """What a layer of these relative names holds (shapes left empty), and parameter -> the
-    stored name of its values. Routed experts are folded into one name a projection (index
-    ``*``) before grouping, so that grouping sees a few dozen names a layer rather than every
-    expert's; layers of the same names (DeepSeek-V3's 58 MoE layers) are worked out once."""
-    folded, held, first = _fold_fast(rels) or _fold(rels)
-    params = group(folded)
-    stored = {
-        logical: first.get(param.values, param.values)
-        for logical, param in params.items()
-        if param.values is not None
-    }
-    parts = (
-        {
-            stored_name: logical
-            for logical, p in group(set().union(*held.values())).items()
-            for stored_name in p.stored
-        }
-        if held
-        else {}
-    )
-    logical: dict[int, frozenset[str]] = {}  # by id of a stored set: experts share one
-    frozen = {
-        e: logical.setdefault(id(owns), frozenset(parts[own] for own in owns))
-        for e, owns in held.items()
-    }
-    names = set(params)
-    count = sum(1 for n in names if "*" not in n) + sum(len(p) for p in frozen.values())
-    by_block: dict[str, set[str]] = {}
-    for n in names:
-        by_block.setdefault(_block(n, naming) or "", set()).add(n)
-    blocks = frozenset(b for b in by_block if b)
-    grouped = {b: frozenset(ns) for b, ns in by_block.items()}
-    return _Layer(frozenset(names), frozen, {}, count, blocks, grouped), stored
 
 
 def _few(names: list[str], shown: int = 4) -> str:
@@ -308,10 +137,11 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     cross = _cross_checks(layout, naming)
     peers = _peers(layout, layers, analysis, cross)
     per_expert = any(x.experts for x in layers.values()) or any(
-        _expert_of(n) is not None for n in analysis.mtp_names
+        expert_of(n) is not None for n in analysis.mtp_names
     )
     mirrored = _mirrored(analysis, tensors, names, naming)
-    findings += _layer_findings(layout, layers, peers, per_expert, mirrored)
+    norms_alike = naming is Naming.HF
+    findings += _layer_findings(layout, layers, peers, per_expert, mirrored, norms_alike)
     if not any(f.status is Status.FAIL for f in findings):
         covered = _covered(layout, layers, peers, cross)
         findings.append(Finding("main model", Status.PASS, covered))
@@ -324,7 +154,7 @@ def _main_layers(
     tensors: Mapping[str, TensorMeta],
     names: list[str],
     naming: Naming,
-) -> dict[int, _Layer]:
+) -> dict[int, MainLayer]:
     """Main layers 0 .. layers - 1 that hold a tensor, leaving out MTP layers that share the
     main layers' prefix (MTP layers counted inside ``num_hidden_layers``)."""
     family = analysis.family
@@ -336,7 +166,7 @@ def _main_layers(
     for k in by_layer:
         if k not in mtp_inside:
             prefix = family.main_layer_prefix.replace("{k}", str(k))
-            found[k] = _layer(prefix, by_layer[k], tensors, naming)
+            found[k] = read_layer(prefix, by_layer[k], tensors, naming)
     return found
 
 
@@ -348,7 +178,7 @@ def _cross_checks(layout: MainLayout, naming: Naming) -> bool:
 
 
 def _peers(
-    layout: MainLayout, layers: Mapping[int, _Layer], analysis: MtpAnalysis, cross: bool
+    layout: MainLayout, layers: Mapping[int, MainLayer], analysis: MtpAnalysis, cross: bool
 ) -> dict[_Kind, list[int]]:
     """Main layers by kind (leaving out MTP layers numbered as main ones); without ``cross``,
     each layer a kind of its own."""
@@ -375,22 +205,25 @@ def _peers(
 
 def _layer_findings(
     layout: MainLayout,
-    layers: Mapping[int, _Layer],
+    layers: Mapping[int, MainLayer],
     peers: Mapping[_Kind, list[int]],
     per_expert: bool,
-    mirrored: Mapping[int, list[tuple[str, _Layer]]],
+    mirrored: Mapping[int, list[tuple[str, MainLayer]]],
+    norms_alike: bool,
 ) -> list[Finding]:
     """One finding per damaged main layer. ``per_expert``: the checkpoint stores routed
     experts one tensor each (in some main or MTP layer); ``mirrored``: the MTP blocks that
-    mirror a main layer, by its number."""
+    mirror a main layer, by its number; ``norms_alike``: every decoder layer has the same
+    norms whatever its kind (transformers' layers; megatron-core's hybrid stack names a
+    Mamba, an attention and an MLP layer's norm each its own way)."""
     findings = []
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup] = {}
     for kind, kind_layers in peers.items():
         others = [j for other, js in peers.items() if _same_besides_mlp(kind, other) for j in js]
-        if any(key == "layer" for key, _ in kind):
-            everyone = others  # the config does not tell kinds apart: no layer is held to others
-        else:
+        if norms_alike and not any(key == "layer" for key, _ in kind):
             everyone = [j for js in peers.values() for j in js]
+        else:  # each kind its norms, or kinds the config does not tell apart
+            everyone = others
         for k in kind_layers:
             problems = _layer_problems(k, layout, layers, kind_layers, per_expert, groups)
             if not problems and len(kind_layers) == 1:
@@ -424,7 +257,7 @@ def _layers_named(layers: list[int]) -> str:
 def _layer_problems(
     k: int,
     layout: MainLayout,
-    layers: Mapping[int, _Layer],
+    layers: Mapping[int, MainLayer],
     kind_layers: list[int],
     per_expert: bool,
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup],
@@ -473,10 +306,10 @@ def _same_besides_mlp(a: _Kind, b: _Kind) -> bool:
 
 def _block_problems(
     k: int,
-    layers: Mapping[int, _Layer],
+    layers: Mapping[int, MainLayer],
     others: list[int],
     everyone: list[int],
-    blocks: list[tuple[str, _Layer]],
+    blocks: list[tuple[str, MainLayer]],
 ) -> list[str]:
     """A layer alone of its kind, module by module against layers differing only in their MLP
     (the attention of DeepSeek's one dense layer against the MoE layers'), its own norms
@@ -488,7 +321,7 @@ def _block_problems(
         return []
     problems = _against_blocks(layer, blocks)
     for block in sorted(layer.by_block):
-        if block in _MLP_BLOCKS:
+        if block in MLP_BLOCKS:
             continue
         pool = everyone if not block else others
         holders = [j for j in pool if j != k and j in layers and block in layers[j].by_block]
@@ -505,7 +338,7 @@ def _block_problems(
     return problems
 
 
-def _against_blocks(layer: _Layer, blocks: list[tuple[str, _Layer]]) -> list[str]:
+def _against_blocks(layer: MainLayer, blocks: list[tuple[str, MainLayer]]) -> list[str]:
     """The layer's modules against those of the MTP blocks mirroring it, module by module for
     the modules both hold (an MTP block's own norms and projection are no module of a main
     layer); an MLP only where both store routed experts alike (Qwen3.5 packs them in one and
@@ -513,7 +346,7 @@ def _against_blocks(layer: _Layer, blocks: list[tuple[str, _Layer]]) -> list[str
     problems = []
     for block in sorted(b for b in layer.by_block if b):
         alike = [(p, b) for p, b in blocks if block in b.by_block]
-        if block in _MLP_BLOCKS:
+        if block in MLP_BLOCKS:
             alike = [
                 (p, b)
                 for p, b in alike
@@ -534,12 +367,12 @@ def _against_blocks(layer: _Layer, blocks: list[tuple[str, _Layer]]) -> list[str
 
 def _mirrored(
     analysis: MtpAnalysis, tensors: Mapping[str, TensorMeta], names: list[str], naming: Naming
-) -> dict[int, list[tuple[str, _Layer]]]:
+) -> dict[int, list[tuple[str, MainLayer]]]:
     """Main layer number -> the MTP blocks mirroring it (prefix, their tensors)."""
     family = analysis.family
     assert family is not None
     head, _, tail = family.main_layer_prefix.partition("{k}")
-    found: dict[int, list[tuple[str, _Layer]]] = {}
+    found: dict[int, list[tuple[str, MainLayer]]] = {}
     for block_prefix, main_prefix in analysis.mirrors:
         number = main_prefix[len(head) : len(main_prefix) - len(tail)]
         if not number.isdigit():
@@ -550,12 +383,14 @@ def _mirrored(
             if not name.startswith(block_prefix):
                 break
             rels.append(name[len(block_prefix) :])
-        block = _layer(block_prefix, frozenset(rels), tensors, naming)
+        block = read_layer(block_prefix, frozenset(rels), tensors, naming)
         found.setdefault(int(number), []).append((block_prefix, block))
     return found
 
 
-def _lost_blocks(layer: _Layer, layers: Mapping[int, _Layer], present: list[int]) -> list[str]:
+def _lost_blocks(
+    layer: MainLayer, layers: Mapping[int, MainLayer], present: list[int]
+) -> list[str]:
     """Modules the layer lacks where two or more layers of its kind hold them and more."""
     larger = Counter(
         layers[j].blocks for j in present if layer.blocks < layers[j].blocks
@@ -571,7 +406,7 @@ def _lost_blocks(layer: _Layer, layers: Mapping[int, _Layer], present: list[int]
     ]
 
 
-def _expert_problems(k: int, layout: MainLayout, layer: _Layer, per_expert: bool) -> list[str]:
+def _expert_problems(k: int, layout: MainLayout, layer: MainLayer, per_expert: bool) -> list[str]:
     """Every routed expert 0 .. experts - 1, each with the parameters the others hold; and an
     MoE layer of a checkpoint that stores experts one tensor each must hold some."""
     if not layer.experts:
@@ -609,7 +444,7 @@ class _PeerGroup:
     """(parameter, dtype, shape) -> how many of them store it so."""
 
     @classmethod
-    def of(cls, members: tuple[int, ...], layers: Mapping[int, _Layer]) -> _PeerGroup:
+    def of(cls, members: tuple[int, ...], layers: Mapping[int, MainLayer]) -> _PeerGroup:
         shapes: Counter[tuple[str, str, tuple[int, ...]]] = Counter()
         for j in members:
             shapes.update((n, d, s) for n, (d, s) in layers[j].shapes.items())
@@ -617,7 +452,7 @@ class _PeerGroup:
         return cls(members, names, shapes)
 
 
-def _shape_problems(layer: _Layer, group: _PeerGroup) -> list[str]:
+def _shape_problems(layer: MainLayer, group: _PeerGroup) -> list[str]:
     """Parameters stored in the dtype their peers store them in, but in a shape none of them
     has (peers that store a parameter otherwise, quantized or not, are not compared)."""
     problems = []
@@ -636,7 +471,10 @@ def _shape_problems(layer: _Layer, group: _PeerGroup) -> list[str]:
 
 
 def _covered(
-    layout: MainLayout, layers: Mapping[int, _Layer], peers: Mapping[_Kind, list[int]], cross: bool
+    layout: MainLayout,
+    layers: Mapping[int, MainLayer],
+    peers: Mapping[_Kind, list[int]],
+    cross: bool,
 ) -> str:
     """What the PASS covers, in words: what was held to what, and what was not."""
     assert layout.layers is not None
