@@ -22,7 +22,7 @@ from typing import Any
 
 from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, expert_of, read_layer
 from mtpcheck.dtypes import is_high_precision
-from mtpcheck.families import MtpAnalysis
+from mtpcheck.families import MtpAnalysis, hidden_layer_count
 from mtpcheck.families.main_layout import MainLayout, main_layout
 from mtpcheck.families.name_templates import LayerNames
 from mtpcheck.model import (
@@ -121,7 +121,8 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
             NAME, TITLE, (Finding("main model", Status.SKIP, f"not checked: {why}"),)
         )
     config, tensors, naming = ckpt.config, ckpt.tensors, ckpt.naming
-    layout = main_layout(family, config, len(_mtp_layer_numbers(analysis)))
+    inside = _mtp_layer_numbers(analysis, hidden_layer_count(family, config))
+    layout = main_layout(family, config, len(inside), analysis.declared.value or 0)
     findings = _top_level(config, analysis, layout, tensors, naming)
     if layout.layers is None:
         findings.append(
@@ -161,7 +162,7 @@ def _main_layers(
     assert family is not None and layout.layers is not None
     template = family.main_layer_prefix.replace("{k}", "{n}")
     by_layer = LayerNames(names, template, layout.layers)
-    mtp_inside = {int(k) for k in _mtp_layer_numbers(analysis)}
+    mtp_inside = _mtp_layer_numbers(analysis, layout.layers)
     found = {}
     for k in by_layer:
         if k not in mtp_inside:
@@ -183,7 +184,7 @@ def _peers(
     """Main layers by kind (leaving out MTP layers numbered as main ones); without ``cross``,
     each layer a kind of its own."""
     assert layout.layers is not None
-    mtp_inside = {int(k) for k in _mtp_layer_numbers(analysis)}
+    mtp_inside = _mtp_layer_numbers(analysis, layout.layers)
     # a layer that is gone is taken to be MoE or dense as most layers the config calls alike
     usual: dict[_Kind, Counter[bool]] = {}
     for k, layer in layers.items():
@@ -235,8 +236,9 @@ def _layer_findings(
     return sorted(findings, key=lambda f: int(f.subject.split()[2]))
 
 
-def _mtp_layer_numbers(analysis: MtpAnalysis) -> set[str]:
-    """Main-prefix layer numbers that hold MTP layers (Ling-V2 counts them as hidden)."""
+def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
+    """Layer numbers below ``layers`` (the config's decoder layers) that hold MTP layers under
+    the main layers' prefix: Ling-V2's remote code counts its MTP layer as a hidden layer."""
     family = analysis.family
     assert family is not None
     head, _, _ = family.main_layer_prefix.partition("{k}")
@@ -244,8 +246,8 @@ def _mtp_layer_numbers(analysis: MtpAnalysis) -> set[str]:
     for layer in analysis.layers:
         if layer.prefix.startswith(head):
             number = layer.prefix[len(head) :].split(".", 1)[0]
-            if number.isdigit():
-                found.add(number)
+            if number.isdigit() and layers is not None and int(number) < layers:
+                found.add(int(number))
     return found
 
 

@@ -11,7 +11,7 @@ design would be a false alarm, two kinds that are really one only weaken the cro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,9 @@ PER_LAYER_SUFFIXES = ("_types", "layers_block_type", "_pattern")
 """Config keys that list one entry per decoder layer end so (``layer_types``,
 ``mlp_layer_types``, ``indexer_types``, Nemotron-H's ``layers_block_type``, Megatron's
 ``hybrid_override_pattern``); keys of the MTP block (``mtp_*``) describe other layers."""
+
+NOT_PER_LAYER = frozenset({"architectures", "bos_token_id", "eos_token_id", "pad_token_id"})
+"""Lists a config holds that are no per-layer fact, whatever their length."""
 
 EXPERT_COUNT_KEYS = (
     "n_routed_experts",
@@ -55,8 +58,11 @@ class MainLayout:
     """The output head is the embedding (no head tensor of its own)."""
 
     def kind_words(self, k: int) -> str:
-        """Layer ``k``'s kind for a message (``full_attention, sparse``)."""
-        return ", ".join(value for _, value in self.kinds[k]) if self.kinds else ""
+        """Layer ``k``'s kind for a message (``full_attention, sparse``): its named facts, not
+        its numbers (per-layer rope bases or compression ratios also split kinds)."""
+        if not self.kinds:
+            return ""
+        return ", ".join(v for _, v in self.kinds[k] if not v.replace(".", "", 1).isdigit())
 
 
 def _value(config: Mapping[str, Any], key: str, family: MtpFamily) -> Any:
@@ -74,50 +80,75 @@ def _int(config: Mapping[str, Any], key: str, family: MtpFamily) -> int | None:
 
 
 def _per_layer_lists(
-    config: Mapping[str, Any], layers: int, main: int
-) -> list[tuple[str, Sequence[Any]]]:
-    """(key, entries) of each per-layer list of ``layers`` entries, or of ``main`` (the main
-    layers, where MTP layers are counted among the hidden ones); a shorter list is padded."""
-    found: list[tuple[str, Sequence[Any]]] = []
+    config: Mapping[str, Any], layers: int, lengths: frozenset[int]
+) -> list[tuple[str, list[Any]]]:
+    """(key, one entry a layer) of every per-layer fact the config lists: a list of scalars
+    (``layer_types``, ``mlp_layer_types``, DeepSeek-V4's ``compress_ratios``, Step's per-layer
+    ``rope_theta``, MiniMax's ``attn_type_list``), or a string pattern (``*_pattern``,
+    ``layers_block_type``), of one of ``lengths`` entries: the layers, the main layers where
+    MTP layers are counted among the hidden ones (padded), or the layers and the MTP layers
+    after them (cut). Facts that do not matter only split kinds finer."""
+    found: list[tuple[str, list[Any]]] = []
     seen: set[str] = set()
     for root in TEXT_ROOTS:
         node = lookup(config, root[:-1]) if root else config
         if not isinstance(node, Mapping):
             continue
         for key, value in node.items():
-            if key in seen or key.startswith("mtp") or not key.endswith(PER_LAYER_SUFFIXES):
+            if key in seen or key.startswith("mtp") or key in NOT_PER_LAYER:
                 continue
-            if isinstance(value, str) and "/" in value:
-                value = value.split("/", 1)[0]  # Megatron: main pattern, '/', MTP pattern
-            if isinstance(value, str | list) and len(value) in (layers, main):
+            if isinstance(value, str) and key.endswith(PER_LAYER_SUFFIXES):
+                value = list(value.split("/", 1)[0])  # Megatron: main, '/', MTP pattern
+            if not isinstance(value, list) or len(value) not in lengths:
+                continue
+            if all(v is None or isinstance(v, str | int | float) for v in value):
                 seen.add(key)
-                found.append((key, list(value) + ["mtp"] * (layers - len(value))))
+                found.append((key, (value + ["mtp"] * layers)[:layers]))
     return found
 
 
 def _derived_mlp(config: Mapping[str, Any], layers: int, family: MtpFamily) -> list[str] | None:
     """Dense or MoE per layer from the scalar keys that say it (DeepSeek's
     ``first_k_dense_replace`` and ``moe_layer_freq``, Qwen's ``mlp_only_layers`` and
-    ``decoder_sparse_step``, llama.cpp's ``leading_dense_block_count``, Megatron's
-    ``moe_layer_freq`` list); None when none does."""
+    ``decoder_sparse_step``, Step's ``moe_layers_enum``, llama.cpp's
+    ``leading_dense_block_count``, Megatron's ``moe_layer_freq`` list), with DeepSeek-V4's
+    hash-routed first layers (``num_hash_layers``); None when none does."""
     freq = _value(config, "moe_layer_freq", family)
-    if isinstance(freq, list) and len(freq) == layers:
-        return ["moe" if f else "dense" for f in freq]
+    enum = _value(config, "moe_layers_enum", family)
     first = _int(config, "first_k_dense_replace", family)
     if first is None:
         first = _int(config, "leading_dense_block_count", family)
     only = _value(config, "mlp_only_layers", family)
     step = _int(config, "decoder_sparse_step", family)
-    if first is None and not isinstance(only, list) and step is None:
+    hashed = _int(config, "num_hash_layers", family) or 0
+    if isinstance(freq, list) and len(freq) == layers:
+        moe = {k for k, f in enumerate(freq) if f}
+    elif isinstance(enum, str) and enum.replace(",", "").strip().isdigit():
+        moe = {int(k) for k in enum.split(",") if k.strip()}
+    elif first is None and not isinstance(only, list) and step is None and not hashed:
         return None
-    every = freq if is_int(freq) and freq > 0 else 1
-    dense = set(only) if isinstance(only, list) else set()
-    return [
-        "moe"
-        if k >= (first or 0) and k % every == 0 and k not in dense and (k + 1) % (step or 1) == 0
-        else "dense"
-        for k in range(layers)
-    ]
+    else:
+        every = freq if is_int(freq) and freq > 0 else 1
+        dense = set(only) if isinstance(only, list) else set()
+        moe = {
+            k
+            for k in range(layers)
+            if k >= (first or 0)
+            and k % every == 0
+            and k not in dense
+            and (k + 1) % (step or 1) == 0
+        }
+    return ["hash_moe" if k < hashed else "moe" if k in moe else "dense" for k in range(layers)]
+
+
+def _full_attention(config: Mapping[str, Any], layers: int, family: MtpFamily) -> list[str] | None:
+    """Qwen3-Next's ``full_attention_interval`` (every n-th layer full attention, the others
+    linear) where no ``layer_types`` list says which; not llama.cpp's copy of the key, which
+    its converter writes whatever the layers are."""
+    interval = _int(config, "full_attention_interval", family) if family.key != "gguf" else None
+    if not interval:
+        return None
+    return ["full" if (k + 1) % interval == 0 else "linear" for k in range(layers)]
 
 
 def tied(config: Mapping[str, Any]) -> bool:
@@ -128,18 +159,25 @@ def tied(config: Mapping[str, Any]) -> bool:
     return lookup(config, "untie_embeddings_and_output_weights") is False
 
 
-def main_layout(family: MtpFamily, config: Mapping[str, Any], mtp_inside: int = 0) -> MainLayout:
+def main_layout(
+    family: MtpFamily, config: Mapping[str, Any], mtp_inside: int = 0, mtp: int = 0
+) -> MainLayout:
     """The main model ``config`` describes, read with ``family``'s keys; ``mtp_inside``: MTP
-    layers the layer count includes (Ling-V2's remote code counts them as hidden layers)."""
+    layers the layer count includes (Ling-V2's remote code counts them as hidden layers);
+    ``mtp``: the MTP layers declared (per-layer lists may cover them too)."""
     layers = hidden_layer_count(family, config)
     experts = next((n for key in EXPERT_COUNT_KEYS if (n := _int(config, key, family))), None)
     if layers is None:
         return MainLayout(None, (), experts, None, tied(config))
-    columns = _per_layer_lists(config, layers, layers - mtp_inside)
+    lengths = frozenset((layers, layers - mtp_inside, layers + mtp))
+    columns = _per_layer_lists(config, layers, lengths)
     keys = {key for key, _ in columns}
-    mlp = _derived_mlp(config, layers, family)
+    mlp = _derived_mlp(config, layers, family) if experts else None
     if mlp is not None and "mlp_layer_types" not in keys:
         columns.append(("mlp", mlp))
+    attention = _full_attention(config, layers, family)
+    if attention is not None and "layer_types" not in keys:
+        columns.append(("attention", attention))
     kinds = tuple(tuple((key, str(entries[k])) for key, entries in columns) for k in range(layers))
     said = any(
         key in ("mlp", "mlp_layer_types", "layers_block_type") or key.endswith("_pattern")
