@@ -347,3 +347,16 @@ class _Damaged:
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Any:
         raise AssertionError("the main-model check reads no tensor bytes")
+
+
+def test_mergekit_drops_every_routed_expert_of_a_layer(run_cli) -> None:
+    """mergekit 0.1.5's own mergekit-yaml output (tests/thirdparty/mergekit, NOTES.md there):
+    MoE layer 1 kept its router and shared expert, not one routed expert; the MTP layer is gone
+    while the config declares it."""
+    merged = Path(__file__).resolve().parent / "data" / "mergekit" / "deepseek_v3-linear"
+    run = _inspect(run_cli, merged)
+    assert run.exit_code == 1, run
+    assert _main_findings(run) == [
+        ("fail", "main layer 1 (moe)", "no routed experts: the config makes it an MoE layer of 4")
+    ]
+    assert _failing_checks(run) == ["main-model", "mtp-count", "mtp-layers"]

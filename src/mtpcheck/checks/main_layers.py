@@ -45,10 +45,14 @@ class MainLayer:
     ``ssm``): a layer of a hybrid stack differs from its neighbours there."""
     by_block: Mapping[str, frozenset[str]]
     """Module -> its parameters; ``""`` for the layer's own (its norms)."""
+    stacked: bool = False
+    """It holds a tensor of every routed expert stacked, ``[experts, ...]`` (Step's
+    ``moe.gate_proj.weight``, whose name does not say so)."""
 
     @property
     def routed(self) -> bool:
-        return bool(self.experts) or any(_STACKED.search(n) for n in self.names)
+        """It holds routed experts, one tensor each or stacked."""
+        return bool(self.experts) or self.stacked or any(_STACKED.search(n) for n in self.names)
 
 
 def expert_of(rel: str) -> tuple[str, int, str] | None:
@@ -139,16 +143,22 @@ def _fold_fast(rels: frozenset[str]) -> _Folded | None:
 
 
 def read_layer(
-    prefix: str, rels: frozenset[str], tensors: Mapping[str, TensorMeta], naming: Naming
+    prefix: str,
+    rels: frozenset[str],
+    tensors: Mapping[str, TensorMeta],
+    naming: Naming,
+    experts: int | None = None,
 ) -> MainLayer:
-    """One layer's tensors as logical parameters, with the shapes its stored values have."""
+    """One layer's tensors as logical parameters, with the shapes its stored values have;
+    ``experts``: the routed experts an MoE layer has, which a stacked tensor leads with."""
     structure, stored = _structure(rels, naming)
     shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
     for logical, values in stored.items():
         meta = tensors.get(prefix + values)
         if meta is not None:
             shapes[logical] = (meta.dtype, tuple(meta.shape))
-    return replace(structure, shapes=shapes)
+    stacked = bool(experts) and any(len(s) == 3 and s[0] == experts for _, s in shapes.values())
+    return replace(structure, shapes=shapes, stacked=stacked)
 
 
 @functools.lru_cache(maxsize=16)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, expert_of, read_layer
+from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, read_layer
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.families import MtpAnalysis, hidden_layer_count
 from mtpcheck.families.main_layout import MainLayout, main_layout
@@ -137,12 +137,9 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     layers = _main_layers(analysis, layout, tensors, names, naming)
     cross = _cross_checks(layout, naming)
     peers = _peers(layout, layers, analysis, cross)
-    per_expert = any(x.experts for x in layers.values()) or any(
-        expert_of(n) is not None for n in analysis.mtp_names
-    )
     mirrored = _mirrored(analysis, tensors, names, naming)
     norms_alike = naming is Naming.HF
-    findings += _layer_findings(layout, layers, peers, per_expert, mirrored, norms_alike)
+    findings += _layer_findings(layout, layers, peers, mirrored, norms_alike)
     if not any(f.status is Status.FAIL for f in findings):
         covered = _covered(layout, layers, peers, cross)
         findings.append(Finding("main model", Status.PASS, covered))
@@ -167,7 +164,7 @@ def _main_layers(
     for k in by_layer:
         if k not in mtp_inside:
             prefix = family.main_layer_prefix.replace("{k}", str(k))
-            found[k] = read_layer(prefix, by_layer[k], tensors, naming)
+            found[k] = read_layer(prefix, by_layer[k], tensors, naming, layout.experts)
     return found
 
 
@@ -208,12 +205,10 @@ def _layer_findings(
     layout: MainLayout,
     layers: Mapping[int, MainLayer],
     peers: Mapping[_Kind, list[int]],
-    per_expert: bool,
     mirrored: Mapping[int, list[tuple[str, MainLayer]]],
     norms_alike: bool,
 ) -> list[Finding]:
-    """One finding per damaged main layer. ``per_expert``: the checkpoint stores routed
-    experts one tensor each (in some main or MTP layer); ``mirrored``: the MTP blocks that
+    """One finding per damaged main layer. ``mirrored``: the MTP blocks that
     mirror a main layer, by its number; ``norms_alike``: every decoder layer has the same
     norms whatever its kind (transformers' layers; megatron-core's hybrid stack names a
     Mamba, an attention and an MLP layer's norm each its own way)."""
@@ -226,7 +221,7 @@ def _layer_findings(
         else:  # each kind its norms, or kinds the config does not tell apart
             everyone = others
         for k in kind_layers:
-            problems = _layer_problems(k, layout, layers, kind_layers, per_expert, groups)
+            problems = _layer_problems(k, layout, layers, kind_layers, groups)
             if not problems and len(kind_layers) == 1:
                 problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
             if problems:
@@ -261,7 +256,6 @@ def _layer_problems(
     layout: MainLayout,
     layers: Mapping[int, MainLayer],
     kind_layers: list[int],
-    per_expert: bool,
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup],
 ) -> list[str]:
     """What layer ``k`` lacks against the other present layers of its kind (``kind_layers``):
@@ -292,7 +286,7 @@ def _layer_problems(
         # only where the config tells kinds apart: a hybrid stack it does not describe
         # (llama.cpp's metadata) mixes layers of other modules in one kind
         problems += _lost_blocks(layer, layers, present)
-    problems += _expert_problems(k, layout, layer, per_expert)
+    problems += _expert_problems(k, layout, layer)
     if peers:
         problems += _shape_problems(layer, group)
     return problems
@@ -408,14 +402,14 @@ def _lost_blocks(
     ]
 
 
-def _expert_problems(k: int, layout: MainLayout, layer: MainLayer, per_expert: bool) -> list[str]:
-    """Every routed expert 0 .. experts - 1, each with the parameters the others hold; and an
-    MoE layer of a checkpoint that stores experts one tensor each must hold some."""
+def _expert_problems(k: int, layout: MainLayout, layer: MainLayer) -> list[str]:
+    """Every routed expert 0 .. experts - 1, each with the parameters the others hold; and a
+    layer the config makes MoE holds routed experts, one tensor each or stacked (mergekit's
+    ``mergekit-yaml`` keeps a DeepSeek MoE layer's router and shared expert, not them)."""
     if not layer.experts:
         moe = layout.moe_layers is not None and k in layout.moe_layers
-        if moe and per_expert and not layer.routed:
-            count = f" of {layout.experts}" if layout.experts else ""
-            return [f"no routed experts: the config makes it an MoE layer{count}"]
+        if moe and layout.experts and not layer.routed:
+            return [f"no routed experts: the config makes it an MoE layer of {layout.experts}"]
         return []
     held = sorted(layer.experts)
     count = layout.experts if layout.experts and held[-1] < layout.experts else held[-1] + 1
