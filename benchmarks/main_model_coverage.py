@@ -9,64 +9,28 @@ or its layer) against those tried, and the tensors whose loss went unseen.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
-from mtpcheck.checks.main_model_checks import main_model_check
-from mtpcheck.families import analyse
-from mtpcheck.formats import open_checkpoint
-from mtpcheck.model import TensorMeta
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-class _Without:
-    """A checkpoint as opened, less some tensors."""
-
-    def __init__(self, ckpt: Any, tensors: Mapping[str, TensorMeta]) -> None:
-        self.path, self.format, self.naming = ckpt.path, ckpt.format, ckpt.naming
-        self.config, self.config_path = ckpt.config, ckpt.config_path
-        self.tensors, self.issues, self.cross_checked = tensors, (), ckpt.cross_checked
-
-    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
-        raise AssertionError("main-model reads no tensor bytes")
-
-
-def _layer_of(name: str, template: str) -> str:
-    head = template.split("{k}")[0]
-    number = name[len(head) :].split(".")[0] if name.startswith(head) else ""
-    return f"main layer {number}" if number.isdigit() else name
+from mtpcheck.families import analyse  # noqa: E402
+from mtpcheck.formats import open_checkpoint  # noqa: E402
+from tests.main_model_losses import loss_is_named, main_tensors  # noqa: E402
 
 
 def coverage(root: Path) -> tuple[int, list[str]]:
     """(tensors tried, the ones whose loss was not found)."""
     ckpt = open_checkpoint(root)
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
-    family = analysis.family
-    assert family is not None
-    top = {*family.main_shared, family.main_norm}
-    tried = [
-        n
-        for n in ckpt.tensors
-        if n not in analysis.mtp_names and (n in top or _layer_of(n, family.main_layer_prefix) != n)
-    ]
-    missed = []
-    for lost in tried:
-        tensors = {n: m for n, m in ckpt.tensors.items() if n != lost}
-        damaged = _Without(ckpt, tensors)
-        check = main_model_check(damaged, analyse(ckpt.config, tensors, ckpt.config_path))
-        text = " ".join(f"{f.subject}: {f.message}" for f in check.findings)
-        layer = _layer_of(lost, family.main_layer_prefix)
-        named = lost in text or f"{layer}:" in text or f"{layer} (" in text
-        if check.status.value != "fail" or not named:
-            missed.append(lost)
-    return len(tried), missed
+    top, layers = main_tensors(ckpt, analysis)
+    tried = [*top, *layers]
+    return len(tried), [n for n in tried if not loss_is_named(ckpt, analysis, n)]
 
 
 def main() -> int:
     found = total = 0
-    for config in sorted(FIXTURES.glob("*/config.json")):
+    for config in sorted((ROOT / "fixtures").glob("*/config.json")):
         tried, missed = coverage(config.parent)
         total += tried
         found += tried - len(missed)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from mtpcheck.model import Naming, TensorMeta
 from mtpcheck.params import group
 
-_GROUPED_EXPERT = re.compile(r"^(.*experts\.linear_fc\d\.(?:weight|bias))(\d+)$")
-"""Transformer Engine's grouped experts: ``mlp.experts.linear_fc1.weight{e}``."""
+_GROUPED_EXPERT = re.compile(r"(experts\.linear_fc\d\.(?:weight|bias))(\d+)$", re.M)
+"""Transformer Engine's grouped experts: ``mlp.experts.linear_fc1.weight{e}`` (one name, or
+one a line in a layer's names joined)."""
 MLP_BLOCKS = frozenset(
     {"mlp", "moe", "ffn", "block_sparse_moe", "feed_forward", "share_expert", "shared_mlp"}
 )
@@ -67,9 +68,9 @@ def expert_of(rel: str) -> tuple[str, int, str] | None:
     end = rel.find(".", start)
     if end > start and rel[start:end].isdigit():
         return f"{rel[:start]}*{rel[end:]}", int(rel[start:end]), rel[end + 1 :]
-    m = _GROUPED_EXPERT.match(rel) if rel[-1:].isdigit() else None
+    m = _GROUPED_EXPERT.search(rel) if rel[-1:].isdigit() else None
     if m is not None:
-        return f"{m.group(1)}*", int(m.group(2)), m.group(1).rsplit(".", 2)[-2]
+        return f"{rel[: m.start(2)]}*", int(m.group(2)), m.group(1).rsplit(".", 2)[-2]
     return None
 
 
@@ -110,10 +111,6 @@ def _fold(rels: frozenset[str]) -> _Folded:
 _EXPERT_INDEX = re.compile(r"experts\.(\d+)\.")
 """A routed expert's index, HF's and Megatron's ``local_experts`` alike; the whole match is
 replaced by a literal (``re.sub`` then stays in C)."""
-_GROUPED_INDEX = {
-    fc: re.compile(rf"experts\.{fc}\.weight(\d+)$", re.M) for fc in ("linear_fc1", "linear_fc2")
-}
-"""Transformer Engine's grouped experts' indices, by projection."""
 
 
 def _fold_fast(rels: frozenset[str]) -> _Folded | None:
@@ -124,10 +121,9 @@ def _fold_fast(rels: frozenset[str]) -> _Folded | None:
     indices = _EXPERT_INDEX.findall(joined)
     if indices:
         joined = _EXPERT_INDEX.sub("experts.*.", joined)
-    if "experts.linear_fc" in joined:
-        for fc, pattern in _GROUPED_INDEX.items():
-            indices += pattern.findall(joined)
-            joined = pattern.sub(f"experts.{fc}.weight*", joined)
+    if "experts.linear_fc" in joined:  # rare: a template replacement, not a literal
+        indices += [i for _, i in _GROUPED_EXPERT.findall(joined)]
+        joined = _GROUPED_EXPERT.sub(r"\1*", joined)
     if not indices:
         return set(rels), {}, {}
     folded = set(joined.split("\n"))

@@ -22,7 +22,7 @@ from typing import Any
 
 from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, read_layer
 from mtpcheck.dtypes import is_high_precision
-from mtpcheck.families import MtpAnalysis, hidden_layer_count
+from mtpcheck.families import MtpAnalysis, MtpFamily, hidden_layer_count
 from mtpcheck.families.main_layout import MainLayout, main_layout
 from mtpcheck.families.name_templates import LayerNames
 from mtpcheck.model import (
@@ -134,9 +134,9 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
         )
         return CheckResult(NAME, TITLE, tuple(findings))
     names = sorted(tensors)
-    layers = _main_layers(analysis, layout, tensors, names, naming)
+    layers = _main_layers(family, layout, tensors, names, naming, inside)
     cross = _cross_checks(layout, naming)
-    peers = _peers(layout, layers, analysis, cross)
+    peers = _peers(layout, layers, inside, cross)
     mirrored = _mirrored(analysis, tensors, names, naming)
     norms_alike = naming is Naming.HF
     findings += _layer_findings(layout, layers, peers, mirrored, norms_alike)
@@ -147,22 +147,21 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
 
 
 def _main_layers(
-    analysis: MtpAnalysis,
+    family: MtpFamily,
     layout: MainLayout,
     tensors: Mapping[str, TensorMeta],
     names: list[str],
     naming: Naming,
+    inside: set[int],
 ) -> dict[int, MainLayer]:
-    """Main layers 0 .. layers - 1 that hold a tensor, leaving out MTP layers that share the
-    main layers' prefix (MTP layers counted inside ``num_hidden_layers``)."""
-    family = analysis.family
-    assert family is not None and layout.layers is not None
+    """Main layers 0 .. layers - 1 that hold a tensor, leaving out the MTP layers ``inside``
+    the main layers' numbering (Ling-V2 counts its MTP layer in ``num_hidden_layers``)."""
+    assert layout.layers is not None
     template = family.main_layer_prefix.replace("{k}", "{n}")
     by_layer = LayerNames(names, template, layout.layers)
-    mtp_inside = _mtp_layer_numbers(analysis, layout.layers)
     found = {}
     for k in by_layer:
-        if k not in mtp_inside:
+        if k not in inside:
             prefix = family.main_layer_prefix.replace("{k}", str(k))
             found[k] = read_layer(prefix, by_layer[k], tensors, naming, layout.experts)
     return found
@@ -176,19 +175,18 @@ def _cross_checks(layout: MainLayout, naming: Naming) -> bool:
 
 
 def _peers(
-    layout: MainLayout, layers: Mapping[int, MainLayer], analysis: MtpAnalysis, cross: bool
+    layout: MainLayout, layers: Mapping[int, MainLayer], inside: set[int], cross: bool
 ) -> dict[_Kind, list[int]]:
-    """Main layers by kind (leaving out MTP layers numbered as main ones); without ``cross``,
-    each layer a kind of its own."""
+    """Main layers by kind (leaving out the MTP layers ``inside`` their numbering); without
+    ``cross``, each layer a kind of its own."""
     assert layout.layers is not None
-    mtp_inside = _mtp_layer_numbers(analysis, layout.layers)
     # a layer that is gone is taken to be MoE or dense as most layers the config calls alike
     usual: dict[_Kind, Counter[bool]] = {}
     for k, layer in layers.items():
         usual.setdefault(_kind_key(layout, k, None), Counter())[layer.routed] += 1
     peers: dict[_Kind, list[int]] = {}
     for k in range(layout.layers):
-        if k in mtp_inside:
+        if k in inside:
             continue
         if not cross:
             kind: _Kind = (("layer", str(k)),)

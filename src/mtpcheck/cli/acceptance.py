@@ -276,11 +276,11 @@ def accept(
         from mtpcheck.accept.preflight import preflight
 
         checkpoints = [ckpt] if compare is None else [ckpt, compare]
-        preflight(checkpoints, [path for _, path in workloads], trust_pickle)
+        opened = preflight(checkpoints, [path for _, path in workloads], trust_pickle)
         from mtpcheck.pipeline.whole_source import require_whole_main_model
 
-        for checkpoint in checkpoints:
-            require_whole_main_model(checkpoint, trust_pickle)
+        for checkpoint in opened:
+            require_whole_main_model(checkpoint)
         from mtpcheck.accept.options import AcceptOptions
         from mtpcheck.accept.runner import run_accept
 

@@ -403,7 +403,7 @@ def analyse(
     )
 
 
-def _tied(config: Mapping[str, Any]) -> bool:
+def tied_head(config: Mapping[str, Any]) -> bool:
     """Whether the output head is the embedding (HF ``tie_word_embeddings``, Megatron-LM's
     ``untie_embeddings_and_output_weights`` false)."""
     if text_value(config, "tie_word_embeddings", lambda v: v is True):
@@ -416,7 +416,7 @@ def _shared_missing(
 ) -> tuple[str, ...]:
     if family.drafter is not Drafter.INSIDE:
         return ()
-    needed = family.main_shared[:1] if _tied(config) else family.main_shared
+    needed = family.main_shared[:1] if tied_head(config) else family.main_shared
     return tuple(n for n in needed if n not in tensors)
 
 

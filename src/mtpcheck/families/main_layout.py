@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpcheck.families.interface import MtpFamily
-from mtpcheck.families.layout import hidden_layer_count
+from mtpcheck.families.layout import hidden_layer_count, tied_head
 from mtpcheck.model.config_keys import TEXT_ROOTS, is_int, lookup, text_value
 
 PER_LAYER_SUFFIXES = ("_types", "layers_block_type", "_pattern")
@@ -151,14 +151,6 @@ def _full_attention(config: Mapping[str, Any], layers: int, family: MtpFamily) -
     return ["full" if (k + 1) % interval == 0 else "linear" for k in range(layers)]
 
 
-def tied(config: Mapping[str, Any]) -> bool:
-    """Whether the output head is the embedding (HF ``tie_word_embeddings``, Megatron-LM's
-    ``untie_embeddings_and_output_weights`` false)."""
-    if text_value(config, "tie_word_embeddings", lambda v: v is True):
-        return True
-    return lookup(config, "untie_embeddings_and_output_weights") is False
-
-
 def main_layout(
     family: MtpFamily, config: Mapping[str, Any], mtp_inside: int = 0, mtp: int = 0
 ) -> MainLayout:
@@ -168,7 +160,7 @@ def main_layout(
     layers = hidden_layer_count(family, config)
     experts = next((n for key in EXPERT_COUNT_KEYS if (n := _int(config, key, family))), None)
     if layers is None:
-        return MainLayout(None, (), experts, None, tied(config))
+        return MainLayout(None, (), experts, None, tied_head(config))
     lengths = frozenset((layers, layers - mtp_inside, layers + mtp))
     columns = _per_layer_lists(config, layers, lengths)
     keys = {key for key, _ in columns}
@@ -188,4 +180,4 @@ def main_layout(
         if said
         else None
     )
-    return MainLayout(layers, kinds, experts, moe, tied(config))
+    return MainLayout(layers, kinds, experts, moe, tied_head(config))

@@ -22,7 +22,7 @@ from mtpcheck.convert.builtin import require_empty_destination
 from mtpcheck.errors import DamagedInput
 from mtpcheck.families import analyse
 from mtpcheck.model import Checkpoint, CheckResult
-from mtpcheck.pipeline.main_model import main_model_check, megatron_main_model_check
+from mtpcheck.pipeline.main_model import mcore_model_check, megatron_mcore_model_check
 from mtpcheck.pipeline.output_dir import fresh_output
 
 
@@ -55,7 +55,7 @@ def hf_to_megatron(src: Path, dst: Path, log: Callable[[str], None]) -> tuple[Pa
     refuse_if_failing(hf.path, inspect_report(hf).checks, "the source fails its audit")
     builtin.require_unquantized(hf)
     builtin.require_writable(hf, builtin.CONVERT_ELSEWHERE)
-    refuse_if_failing(hf.path, (main_model_check(hf),), "the source is not whole", inspect=False)
+    refuse_if_failing(hf.path, (mcore_model_check(hf),), "the source is not whole", inspect=False)
     with fresh_output(dst) as partial:
         written = builtin.hf_to_megatron(hf, partial, log=log)
     return dst / written.relative_to(partial), hf
@@ -79,7 +79,7 @@ def megatron_to_hf(
     require_empty_destination(dst)
     megatron = open_checkpoint(src, trust_pickle)
     refuse_if_failing(megatron.path, inspect_report(megatron).checks, "the source fails its audit")
-    whole = megatron_main_model_check(megatron, hf_config)
+    whole = megatron_mcore_model_check(megatron, hf_config)
     refuse_if_failing(megatron.path, (whole,), "the source is not whole", inspect=False)
     view = as_hf(megatron, hf_config, with_copies)
     planned = analyse(view.config, view.tensors)

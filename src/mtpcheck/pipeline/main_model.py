@@ -76,7 +76,7 @@ def _skip(reason: str) -> CheckResult:
     return CheckResult(NAME, TITLE, (Finding("main model", Status.SKIP, reason),))
 
 
-def main_model_check(hf: Checkpoint) -> CheckResult:
+def mcore_model_check(hf: Checkpoint) -> CheckResult:
     """An HF source: its main model, mapped to Megatron names, against megatron-core's model
     of its config (SKIP for a family the built-in converter does not describe)."""
     try:
@@ -91,7 +91,7 @@ def main_model_check(hf: Checkpoint) -> CheckResult:
     return _judge(view.tensors, view.sources, view.plan.unmapped, key, hf.config)
 
 
-def megatron_main_model_check(megatron: Checkpoint, hf_config: Mapping[str, Any]) -> CheckResult:
+def megatron_mcore_model_check(megatron: Checkpoint, hf_config: Mapping[str, Any]) -> CheckResult:
     """A Megatron source: its main model against megatron-core's model of ``hf_config``."""
     try:
         key = builtin.writer_family(hf_config, megatron.path)

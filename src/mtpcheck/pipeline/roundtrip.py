@@ -41,7 +41,7 @@ from mtpcheck.model import (
     total_nbytes,
 )
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
-from mtpcheck.pipeline.main_model import main_model_check
+from mtpcheck.pipeline.main_model import mcore_model_check
 from mtpcheck.pipeline.memory import release_free_memory
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
@@ -259,11 +259,10 @@ def convert(
         if not any(c.status is Status.FAIL for c in audit):
             builtin.require_hf(source)
             builtin.require_unquantized(source)  # exit 2, before megatron-core's model of it
-            audit = (*audit, source_check(main_model_check(source)))
+            audit = (*audit, source_check(mcore_model_check(source)))
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
-    builtin.require_hf(source)
     _require_mapping(source, opts.source)  # stage 1 is judged by it: before any converter
     if not opts.to_megatron or not opts.to_hf:
         builtin.require_writable(source)  # the built-in stages need a writer for the family

@@ -4,18 +4,15 @@ freshly initialised weights, and its acceptance would measure that)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mtpcheck.checks.findings import first_failure
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.errors import DamagedInput
 from mtpcheck.families import analyse
-from mtpcheck.formats import open_checkpoint
+from mtpcheck.model import Checkpoint
 
 
-def require_whole_main_model(path: Path, trust_pickle: bool = False) -> None:
+def require_whole_main_model(ckpt: Checkpoint) -> None:
     """Raise :class:`DamagedInput` (exit 1) naming the first main-model finding that fails."""
-    ckpt = open_checkpoint(path, trust_pickle)
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
     failed = first_failure((main_model_check(ckpt, analysis),))
     if failed is None:
