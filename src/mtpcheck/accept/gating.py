@@ -13,6 +13,7 @@ from mtpcheck.accept.metrics import (
     chain_tokens_per_pass,
     greedy_rate,
 )
+from mtpcheck.accept.stats import shown  # noqa: F401  (re-exported)
 from mtpcheck.accept.workloads import Workload
 from mtpcheck.families import ChainHidden
 from mtpcheck.model import (
@@ -20,7 +21,6 @@ from mtpcheck.model import (
     AcceptanceResult,
     ChainAcceptance,
     DepthAcceptance,
-    Estimate,
     Finding,
     Status,
 )
@@ -65,14 +65,6 @@ def result(
         temperature=temperature,
         chain=chain,
     )
-
-
-def shown(e: Estimate, spec: str = ".3f") -> str:
-    """``0.950 [0.940, 0.960]``: the value (as ``spec``) and its interval, where there is
-    one."""
-    if e.low is None or e.high is None:
-        return f"{e.value:{spec}}"
-    return f"{e.value:{spec}} [{e.low:.3f}, {e.high:.3f}]"
 
 
 def no_drafter_status(declared: int | None) -> Status:

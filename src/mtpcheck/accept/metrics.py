@@ -13,64 +13,18 @@ over sequences, because positions of one sequence are not independent: the linea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from mtpcheck.model import Estimate
-
-Z_975 = 1.959963984540054
-_T_975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
+from mtpcheck.accept.stats import (  # noqa: F401  (re-exported)
+    Z_975,
+    paired_ratio_difference,
+    ratio_estimate,
+    t_quantile_975,
 )
-"""Two-sided 95 % Student-t quantiles for 1..30 degrees of freedom."""
-
-
-def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
-    if df < 1:
-        raise ValueError("degrees of freedom must be >= 1")
-    if df <= len(_T_975):
-        return _T_975[df - 1]
-    z = Z_975
-    # Cornish-Fisher expansion around the normal quantile; < 1e-3 off for df > 30.
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
+from mtpcheck.model import Estimate
 
 
 def distributions(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -120,32 +74,6 @@ class SequenceCounts:
     alpha_sum: float
 
 
-def ratio_estimate(
-    numerators: Sequence[float],
-    denominators: Sequence[float],
-    bounds: tuple[float, float] = (0.0, 1.0),
-) -> Estimate:
-    """``sum(y) / sum(n)`` with a 95 % interval over the (y_i, n_i) clusters.
-
-    Variance of the ratio by linearisation: ``m / (m - 1) * sum((y_i - R n_i)^2) / (sum n)^2``;
-    the half-width uses Student's t with ``m - 1`` degrees of freedom. The interval is
-    clipped to ``bounds``. Fewer than two clusters (or no positions) give no interval.
-    """
-    if len(numerators) != len(denominators):
-        raise ValueError("numerators and denominators differ in length")
-    total = float(sum(denominators))
-    if total <= 0:
-        return Estimate(0.0, None, None)
-    ratio = float(sum(numerators)) / total
-    m = len(numerators)
-    if m < 2:
-        return Estimate(ratio, None, None)
-    squares = sum((y - ratio * n) ** 2 for y, n in zip(numerators, denominators, strict=True))
-    se = math.sqrt(m / (m - 1) * squares) / total
-    half = t_quantile_975(m - 1) * se
-    return Estimate(ratio, max(bounds[0], ratio - half), min(bounds[1], ratio + half))
-
-
 def greedy_rate(counts: Sequence[SequenceCounts]) -> Estimate:
     return ratio_estimate([c.greedy_hits for c in counts], [c.positions for c in counts])
 
@@ -174,33 +102,6 @@ def paired_difference(
         bounds=(-1.0, 1.0),
     )
     return greedy, alpha
-
-
-def paired_ratio_difference(
-    reference: tuple[Sequence[float], Sequence[float]],
-    other: tuple[Sequence[float], Sequence[float]],
-    bounds: tuple[float, float] = (-1.0, 1.0),
-) -> Estimate:
-    """``sum(y_b) / sum(n_b) - sum(y_a) / sum(n_a)`` over the same clusters (each side its own
-    denominators: a decoding run's steps per request differ between checkpoints), with a 95 %
-    interval from the linearised variance of the paired per-cluster residuals."""
-    (ya, na), (yb, nb) = reference, other
-    if not len(ya) == len(na) == len(yb) == len(nb):
-        raise ValueError("paired difference needs the same clusters on both sides")
-    total_a, total_b = float(sum(na)), float(sum(nb))
-    if total_a <= 0 or total_b <= 0:
-        return Estimate(0.0, None, None)
-    ra, rb = sum(ya) / total_a, sum(yb) / total_b
-    diff = rb - ra
-    m = len(ya)
-    if m < 2:
-        return Estimate(diff, None, None)
-    residuals = [
-        (y2 - rb * n2) / total_b - (y1 - ra * n1) / total_a
-        for y1, n1, y2, n2 in zip(ya, na, yb, nb, strict=True)
-    ]
-    half = t_quantile_975(m - 1) * math.sqrt(m / (m - 1) * sum(r * r for r in residuals))
-    return Estimate(diff, max(bounds[0], diff - half), min(bounds[1], diff + half))
 
 
 @dataclass(frozen=True)
