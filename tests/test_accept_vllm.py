@@ -12,7 +12,6 @@ request. The other tests need no vLLM: they drive the refusals with stand-in int
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import sys
@@ -27,11 +26,11 @@ from mtpcheck.accept.metrics import paired_ratio_difference
 from mtpcheck.accept.vllm_engine import EngineRequest, parse_vllm_arg
 from tests.conftest import FIXTURES
 from tests.test_readme import _report_example, _shape
-from tests.thirdparty.tools import REQUIRE
+from tests.thirdparty.tools import REQUIRE, VLLM_VENV
 
 VLLM_DIR = Path(__file__).resolve().parent / "thirdparty" / "vllm"
 RESULTS = VLLM_DIR / "results"
-VENV = Path(os.environ.get("MTPCHECK_VLLM_VENV", "/work/venvs/vllm"))
+VENV = VLLM_VENV
 DEEPSEEK = FIXTURES / "accept_deepseek_v3"
 STEP = FIXTURES / "accept_step3p7"
 
@@ -60,11 +59,15 @@ def _python_script(path: Path, body: str) -> Path:
     return path
 
 
-def _fake_vllm(tmp_path: Path, version: str, llm_raises: str | None = None) -> Path:
-    """An interpreter whose ``vllm`` is a stand-in package of the given version."""
+def _fake_vllm(
+    tmp_path: Path, version: str, llm_raises: str | None = None, llm_body: str | None = None
+) -> Path:
+    """An interpreter whose ``vllm`` is a stand-in package of the given version, whose
+    ``LLM(...)`` raises ``ValueError(llm_raises)`` or runs ``llm_body``."""
     package = tmp_path / "site" / "vllm"
     package.mkdir(parents=True)
     raises = f"        raise ValueError({llm_raises!r})\n" if llm_raises else "        pass\n"
+    raises = llm_body or raises
     (package / "__init__.py").write_text(
         f"__version__ = {version!r}\n\n"
         "class LLM:\n    def __init__(self, **kwargs):\n" + raises + "\n"
@@ -107,6 +110,22 @@ def test_too_old_vllm(run_cli, tmp_path: Path) -> None:
     assert "is too old: per-request spec-decode metrics need vLLM >= 0.32" in run.stderr
 
 
+def test_vllm_venv_variable_names_the_interpreter(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = _fake_vllm(tmp_path, "0.11.2")
+    (venv / "bin" / "python").symlink_to(python)
+    monkeypatch.setenv("MTPCHECK_VLLM_VENV", str(venv))
+    run = run_cli("accept", DEEPSEEK, *_workload(DEEPSEEK), "--engine", "vllm")
+    assert run.exit_code == 2, run
+    # the fake venv's python is a script that runs another interpreter, which the driver
+    # then names; mtpcheck started the venv's
+    assert f"vLLM ({venv / 'bin' / 'python'}), MTP k=1" in run.stderr
+    assert "vLLM 0.11.2 in " in run.stderr and " is too old" in run.stderr
+
+
 def test_engine_that_cannot_start_the_model(run_cli, tmp_path: Path) -> None:
     python = _fake_vllm(tmp_path, "0.32.0", llm_raises="Unsupported speculative method\nfor x")
     run = run_cli("accept", DEEPSEEK, *_workload(DEEPSEEK), "--engine", "vllm",
@@ -114,7 +133,27 @@ def test_engine_that_cannot_start_the_model(run_cli, tmp_path: Path) -> None:
     assert run.exit_code == 2, run
     assert run.stderr.strip().splitlines()[-1] == (
         "mtpcheck: error: vLLM 0.32.0 could not start the model with MTP speculative decoding "
-        "(k=2): ValueError: for x"
+        "(k=2): ValueError: Unsupported speculative method for x"
+    )
+
+
+def test_engine_config_error_keeps_its_cause(run_cli, tmp_path: Path) -> None:
+    # vLLM's configs are pydantic dataclasses: the cause sits between the title line and
+    # pydantic's link, which alone used to be shown
+    raises = (
+        "        import pydantic\n\n"
+        "        class CacheConfig(pydantic.BaseModel):\n"
+        "            kv_cache_memory_bytes: pydantic.PositiveInt\n\n"
+        "        CacheConfig(kv_cache_memory_bytes=-1)\n"
+    )
+    python = _fake_vllm(tmp_path, "0.32.0", llm_body=raises)
+    run = run_cli("accept", DEEPSEEK, *_workload(DEEPSEEK), "--engine", "vllm",
+                  "--vllm-python", python)  # fmt: skip
+    assert run.exit_code == 2, run
+    assert run.stderr.strip().splitlines()[-1] == (
+        "mtpcheck: error: vLLM 0.32.0 could not start the model with MTP speculative decoding "
+        "(k=1): ValidationError: 1 validation error for CacheConfig kv_cache_memory_bytes Input "
+        "should be greater than 0 [type=greater_than, input_value=-1, input_type=int]"
     )
 
 

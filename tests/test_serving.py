@@ -9,7 +9,6 @@ softmax; with both keys it builds transformers' sigmoid router with the correcti
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.thirdparty.tools import REQUIRE
+from tests.thirdparty.tools import REQUIRE, VLLM_VENV
 
 VLLM_DIR = Path(__file__).resolve().parent / "thirdparty" / "vllm"
-VENV = Path(os.environ.get("MTPCHECK_VLLM_VENV", "/work/venvs/vllm"))
+VENV = VLLM_VENV
 ROUTER_KEYS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}
 
 

@@ -15,6 +15,10 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REQUIRE = os.environ.get("MTPCHECK_REQUIRE_THIRDPARTY") == "1"
+#: vLLM's CPU build lives in a venv of its own (it pins transformers < 5.20): the one
+#: MTPCHECK_VLLM_VENV names, else the repository's .venv-vllm that .ci/run builds with
+#: ``bash tests/thirdparty/vllm/install_venv.sh``.
+VLLM_VENV = Path(os.environ.get("MTPCHECK_VLLM_VENV") or HERE.parent.parent / ".venv-vllm")
 
 
 def require(module: str) -> None:

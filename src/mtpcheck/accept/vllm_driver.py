@@ -94,9 +94,20 @@ def _difference(before: dict, after: dict) -> dict:
     }
 
 
+#: How much of an error message the one line keeps.
+_MESSAGE_CHARS = 600
+
+
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[-1] if text else ''}".rstrip(": ")
+    """The whole message on one line. vLLM's configs are pydantic dataclasses, whose errors
+    put the cause in the middle lines and a link in the last (``For further information
+    visit https://errors.pydantic.dev/...``): the link is dropped, the cause kept."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines()]
+    kept = [ln for ln in lines if ln and not ln.startswith("For further information visit")]
+    text = " ".join(kept)
+    if len(text) > _MESSAGE_CHARS:
+        text = text[: _MESSAGE_CHARS - 3] + "..."
+    return f"{type(e).__name__}: {text}".rstrip(": ")
 
 
 def run(request: dict) -> dict:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
 
+from mtpcheck.accept.server_engines import ENGINES
 from mtpcheck.cli.app import check_output_path, cli, execute, make_options, output_options
 from mtpcheck.model import Report
 
+SERVER_ENGINES = tuple(ENGINES)
+
 
 @cli.command()
-@click.argument("ckpt", type=click.Path(path_type=Path))
+@click.argument("ckpt", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--workload",
     "workload_specs",
@@ -138,7 +142,8 @@ from mtpcheck.model import Report
 @click.option(
     "--vllm-python",
     metavar="PYTHON",
-    help="--engine vllm: the interpreter that has vLLM >= 0.32 (default: this one; "
+    help="--engine vllm: the interpreter that has vLLM >= 0.32 (default: "
+    "$MTPCHECK_VLLM_VENV/bin/python where that variable names a venv, else this one; "
     "`pip install mtpcheck[vllm]`).",
 )
 @click.option(
@@ -180,6 +185,48 @@ from mtpcheck.model import Report
     help="--engine vllm: also load CKPT with transformers and score the engine's output "
     "teacher-forced at the positions the engine drafted, beside its figure.",
 )
+@click.option(
+    "--server",
+    "server_url",
+    metavar="URL",
+    help="Measure on a running OpenAI-compatible server (vLLM, SGLang, llama.cpp) by the "
+    "engine's own figures for exactly these requests; CKPT, if given, says what its drafter "
+    "should accept there (docs/acceptance/server.md).",
+)
+@click.option(
+    "--server-engine",
+    type=click.Choice(SERVER_ENGINES),
+    help="--server: the engine behind URL (default: told by its /metrics names).",
+)
+@click.option(
+    "--server-model",
+    metavar="NAME",
+    help="--server: the model name to ask for (default: the one the server lists).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="--server: requests in flight at once (default: 32 where the engine returns "
+    "per-request figures; else 1, each request between two reads of its counters).",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="--server: seconds one request may take.",
+)
+@click.option(
+    "--save-profile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--server: write the figures per workload and position here, to hold later runs to.",
+)
+@click.option(
+    "--profile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--server: fail a workload whose acceptance at a position falls below this saved "
+    "profile's by more than both runs' spread allows.",
+)
 @output_options
 def accept(
     ckpt: Path,
@@ -208,6 +255,13 @@ def accept(
     vllm_args: tuple[str, ...],
     engine_log: Path | None,
     engine_teacher_forced: bool,
+    server_url: str | None,
+    server_engine: str | None,
+    server_model: str | None,
+    concurrency: int | None,
+    request_timeout: float,
+    save_profile: Path | None,
+    profile: Path | None,
     fmt: str,
     junit_xml: Path | None,
     markdown: Path | None,
@@ -229,6 +283,44 @@ def accept(
         workloads = [parse_spec(spec) for spec in workload_specs]
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--workload") from e
+    names = [name for name, _ in workloads]
+    if len(set(names)) != len(names):
+        raise click.BadParameter("workload names must be unique", param_hint="--workload")
+    if server_url is not None:
+        _refuse_outside_server(click.get_current_context())
+        from mtpcheck.accept.options import AcceptOptions, ServerOptions
+
+        options = AcceptOptions(
+            checkpoint=ckpt,
+            workloads=tuple(workloads),
+            temperature=temperature,
+            device=device,
+            dtype=dtype,
+            max_tokens=max_tokens,
+            tokenizer=tokenizer,
+            min_acceptance=min_acceptance,
+            trust_pickle=trust_pickle,
+            prompt_tokens=prompt_tokens,
+            new_tokens=new_tokens,
+            server=ServerOptions(
+                url=server_url,
+                engine=server_engine,
+                model=server_model,
+                timeout=request_timeout,
+                concurrency=concurrency,
+                save_profile=save_profile,
+                profile=profile,
+            ),
+        )
+        check_output_path("--save-profile", save_profile)
+        opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
+        raise SystemExit(execute("accept", lambda: _server_report(options, opts.log), opts))
+    ctx = click.get_current_context()
+    given = [o for o in SERVER_ONLY if _given(ctx, o)]
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} needs --server")
+    if ckpt is None:
+        raise click.UsageError("Missing argument 'CKPT' (only --server runs without one).")
     from mtpcheck.accept.vllm_engine import VllmSettings, parse_vllm_arg
 
     try:
@@ -260,7 +352,7 @@ def accept(
         if given:
             raise click.UsageError(f"{given[0]} does not apply to --engine {engine}")
     vllm = VllmSettings(
-        python=vllm_python or sys.executable,
+        python=vllm_python or _venv_python() or sys.executable,
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
         executor=distributed_executor_backend,
@@ -268,9 +360,6 @@ def accept(
         extra=extra,
         log=engine_log,
     )
-    names = [name for name, _ in workloads]
-    if len(set(names)) != len(names):
-        raise click.BadParameter("workload names must be unique", param_hint="--workload")
 
     def build() -> Report:
         from mtpcheck.accept.preflight import preflight
@@ -318,3 +407,52 @@ def accept(
     check_output_path("--engine-log", engine_log)
     opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
     raise SystemExit(execute("accept", build, opts))
+
+
+#: Options of the running-server path only.
+SERVER_ONLY = (
+    "server_engine", "server_model", "concurrency", "request_timeout", "save_profile", "profile",
+)  # fmt: skip
+#: Options of the other paths that mean nothing on a running server.
+NOT_ON_SERVER = (
+    "compare", "device_map", "plot", "online", "online_engine", "depths", "draft_rule", "chain",
+    "engine", "vllm_python", "tensor_parallel_size", "pipeline_parallel_size",
+    "distributed_executor_backend", "vllm_args", "engine_log", "engine_teacher_forced",
+)  # fmt: skip
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+def _refuse_outside_server(ctx: click.Context) -> None:
+    for name in NOT_ON_SERVER:
+        if _given(ctx, name):
+            option = next(p for p in ctx.command.params if p.name == name)
+            flag = option.opts[0] if option.opts else name
+            raise click.UsageError(f"{flag} does not apply to --server")
+
+
+def _server_report(options, log) -> Report:
+    """Check the inputs (CKPT opens whole, workloads read), then measure on the server."""
+    from mtpcheck.accept.options import AcceptOptions
+
+    assert isinstance(options, AcceptOptions) and options.server is not None
+    if options.checkpoint is not None:
+        from mtpcheck.accept.preflight import preflight
+        from mtpcheck.pipeline.whole_source import require_whole_main_model
+
+        for checkpoint in preflight([options.checkpoint], [p for _, p in options.workloads],
+                                    options.trust_pickle):  # fmt: skip
+            require_whole_main_model(checkpoint)
+    from mtpcheck.accept.server_runner import run_server_accept
+
+    return run_server_accept(options, options.server, log)
+
+
+def _venv_python() -> str | None:
+    """The interpreter of the venv ``MTPCHECK_VLLM_VENV`` names (vLLM's pins often need a
+    venv of their own), or None."""
+    venv = os.environ.get("MTPCHECK_VLLM_VENV")
+    return str(Path(venv, "bin", "python")) if venv else None

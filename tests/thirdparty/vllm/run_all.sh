@@ -4,7 +4,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
-PY="${VLLM_PY:-/work/venvs/vllm/bin/python}"
+PY="${VLLM_PY:-${MTPCHECK_VLLM_VENV:-$REPO/.venv-vllm}/bin/python}"
 OUT="$HERE/results"
 WORK="${TMPDIR:-/tmp}/mtpcheck-vllm-runs"
 mkdir -p "$OUT" "$WORK"
@@ -35,5 +35,6 @@ run deepseek_v3_k1 accept_deepseek_v3 1
 run deepseek_v3_k2 accept_deepseek_v3 2
 run deepseek_v3_k3 accept_deepseek_v3 3
 run deepseek_v3_k1_without_rope_patch accept_deepseek_v3 1 --skip-patch rope
+run step3p7_k1 accept_step3p7 1
 run step3p7_k3 accept_step3p7 3
 run step3p7_k3_without_rope_patch accept_step3p7 3 --skip-patch rope
