@@ -9,8 +9,25 @@ from mtpcheck.accept.vllm_engine import VllmSettings
 
 
 @dataclass(frozen=True)
+class ServerOptions:
+    """Where the server is and how to talk to it (the rest is :class:`AcceptOptions`)."""
+
+    url: str
+    engine: str | None = None
+    """``--server-engine``: skip detection."""
+    model: str | None = None
+    """``--server-model``: the model name to ask for (default: the one the server lists)."""
+    timeout: float = 600.0
+    concurrency: int | None = None
+    """Requests in flight at once; None: the engine's default (:mod:`server_requests`)."""
+    save_profile: Path | None = None
+    profile: Path | None = None
+
+
+@dataclass(frozen=True)
 class AcceptOptions:
-    checkpoint: Path
+    checkpoint: Path | None
+    """None only with ``server`` (``accept --server`` without CKPT)."""
     workloads: tuple[tuple[str, Path], ...]
     compare: Path | None = None
     temperature: float = 1.0
@@ -44,3 +61,5 @@ class AcceptOptions:
     vllm: VllmSettings = VllmSettings()
     teacher_forced: bool = False
     """``--engine``: also score the engine's output teacher-forced at the positions it drafted."""
+    server: ServerOptions | None = None
+    """``--server``: measure on a running server (:mod:`mtpcheck.accept.server_runner`)."""

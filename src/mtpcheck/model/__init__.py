@@ -15,6 +15,8 @@ from mtpcheck.model.acceptance import (
     EngineDelta,
     Estimate,
     OnlineAcceptance,
+    ServerAcceptance,
+    Share,
 )
 from mtpcheck.model.checkpoint import (
     Checkpoint,
@@ -72,6 +74,8 @@ __all__ = [
     "Prefetches",
     "ReadsSlices",
     "Report",
+    "ServerAcceptance",
+    "Share",
     "Status",
     "TensorColumns",
     "TensorComparison",

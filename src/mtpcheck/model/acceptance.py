@@ -208,3 +208,54 @@ class AcceptanceDelta:
     greedy: Estimate
     alpha: Estimate
     tokens_per_pass: float
+
+
+@dataclass(frozen=True)
+class Share:
+    """A share measured over requests, with the standard error a later run is tested against
+    (``accept --profile``), beside its 95 % interval."""
+
+    estimate: Estimate
+    error: float | None
+    """The linearised standard error over requests (None with fewer than two requests)."""
+
+
+@dataclass(frozen=True)
+class ServerAcceptance:
+    """What a running server's own speculative decoding accepted on one workload
+    (``accept --server``), from the engine's per-request figures or the difference of its
+    Prometheus counters over exactly mtpcheck's requests.
+
+    Position i (1..k): the share of verify steps whose first i drafts were all accepted.
+    Engines that count only draft tokens (llama.cpp) give no positions: ``acceptance`` alone.
+    """
+
+    workload: str
+    engine: str
+    """The engine and its version, e.g. ``vLLM 0.32.0``."""
+    server: str
+    model: str
+    source: str
+    """``per-request`` (the engine's figures in each response) or ``counters`` (its
+    Prometheus counters before and after each request)."""
+    temperature: float
+    requests: int
+    prompt_tokens: int | None
+    """Token ids per prompt; None where prompts went as text (no tokenizer given)."""
+    new_tokens: int
+    generated_tokens: int
+    k: int | None
+    """Drafts per verify step, where the figures tell it."""
+    drafts: int | None
+    """Verify steps that carried drafts (None where the engine does not count them)."""
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    by_position: tuple[Share, ...]
+    acceptance: Share
+    """Accepted draft tokens / draft tokens."""
+    mean_acceptance_length: Estimate | None
+    """1 + accepted tokens / verify steps: tokens per target pass (None without steps)."""
+    expected: tuple[Share, ...] = ()
+    """With CKPT: per position, what the checkpoint's drafter accepts offline on the same
+    prompts by the engine's draft rule (``--online``'s rule); empty otherwise."""

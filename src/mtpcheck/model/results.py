@@ -14,6 +14,7 @@ from mtpcheck.model.acceptance import (
     EngineAcceptance,
     EngineDelta,
     OnlineAcceptance,
+    ServerAcceptance,
 )
 
 
@@ -152,6 +153,8 @@ class Report:
     """``accept --engine`` only: one entry per (checkpoint, workload) the engine ran."""
     engine_deltas: tuple[EngineDelta, ...] = ()
     """``accept --engine --compare`` only: compared minus reference, one entry per workload."""
+    server: tuple[ServerAcceptance, ...] = ()
+    """``accept --server`` only: one entry per workload sent to the running server."""
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,8 @@ from mtpcheck.model import (
     Estimate,
     OnlineAcceptance,
     Report,
+    ServerAcceptance,
+    Share,
     TensorComparison,
 )
 
@@ -170,7 +172,37 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for d in report.engine_deltas
         ]
+        result["server_acceptance"] = [_server(r) for r in report.server]
     return result
+
+
+def _share(s: Share) -> dict[str, Any]:
+    return {**_estimate(s.estimate), "error": s.error}
+
+
+def _server(r: ServerAcceptance) -> dict[str, Any]:
+    length = r.mean_acceptance_length
+    return {
+        "workload": r.workload,
+        "engine": r.engine,
+        "server": r.server,
+        "model": r.model,
+        "source": r.source,
+        "k": r.k,
+        "temperature": r.temperature,
+        "requests": r.requests,
+        "prompt_tokens": r.prompt_tokens,
+        "new_tokens": r.new_tokens,
+        "generated_tokens": r.generated_tokens,
+        "drafts": r.drafts,
+        "draft_tokens": r.draft_tokens,
+        "accepted_tokens": r.accepted_tokens,
+        "accepted_per_position": list(r.accepted_per_position),
+        "by_position": [_share(s) for s in r.by_position],
+        "acceptance": _share(r.acceptance),
+        "mean_acceptance_length": None if length is None else _estimate(length),
+        "expected": [_share(s) for s in r.expected],
+    }
 
 
 def _engine(e: EngineAcceptance) -> dict[str, Any]:

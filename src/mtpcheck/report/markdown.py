@@ -115,6 +115,26 @@ def _engine(report: Report, stream: TextIO) -> None:
         )
 
 
+def _server(report: Report, stream: TextIO) -> None:
+    first = report.server[0]
+    stream.write(
+        f"\n**MTP acceptance served by {first.engine}** (`{_cell(first.server)}`, model "
+        f"`{_cell(first.model)}`, k={first.k if first.k is not None else '?'}, "
+        f"T={first.temperature:g}, 95% CI over requests)\n\n"
+        "| workload | steps | per position | offline | mean acceptance length |\n"
+        "|---|---|---|---|---|\n"
+    )
+    for r in report.server:
+        shares = r.by_position or (r.acceptance,)
+        offline = " / ".join(_ci(s.estimate) for s in r.expected) or "—"
+        length = r.mean_acceptance_length
+        stream.write(
+            f"| {_cell(r.workload)} | {r.drafts if r.drafts is not None else '—'} | "
+            f"{' / '.join(_ci(s.estimate) for s in shares)} | {offline} | "
+            f"{_ci(length, '.2f') if length is not None else '—'} |\n"
+        )
+
+
 class MarkdownRenderer:
     name = "markdown"
 
@@ -139,6 +159,8 @@ class MarkdownRenderer:
             _online(report, stream)
         if report.engine:
             _engine(report, stream)
+        if report.server:
+            _server(report, stream)
         stream.write("\n| | check | subject | finding |\n|---|---|---|---|\n")
         for check in report.checks:
             for f in check.findings:

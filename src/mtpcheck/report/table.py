@@ -236,6 +236,42 @@ def _engine_table(report: Report) -> Table:
     return table
 
 
+def _server_table(report: Report) -> Table:
+    """accept --server: the engine's figures for mtpcheck's requests, one row per workload
+    and draft position, with the checkpoint's offline figure where CKPT was given."""
+    first = report.server[0]
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    table.title = Text(
+        f"MTP acceptance served by {first.engine} at {first.server} (model {first.model}, "
+        f"k={first.k if first.k is not None else '?'}, T={first.temperature:g}, 95% CI over "
+        "requests); position i: steps whose drafts 1..i were accepted"
+    )
+    table.title_justify = "left"
+    expected = any(r.expected for r in report.server)
+    columns = ["workload", "steps", "pos", "accepted"]
+    columns += ["offline"] if expected else []
+    columns += ["mean length"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "workload" else "right", no_wrap=True)
+    for r in report.server:
+        shares = r.by_position or (r.acceptance,)
+        steps = f"{r.drafts}" if r.drafts is not None else f"{r.draft_tokens} tok"
+        for i, share in enumerate(shares):
+            head = i == 0
+            cells = [
+                Text(r.workload if head else ""),
+                Text(f"{steps} / {r.requests} req" if head else ""),
+                Text(str(i + 1) if r.by_position else "all"),
+                Text(_ci(share.estimate)),
+            ]
+            if expected:
+                cells.append(Text(_ci(r.expected[i].estimate) if i < len(r.expected) else "-"))
+            length = r.mean_acceptance_length
+            cells.append(Text(_ci(length) if head and length is not None else ""))
+            table.add_row(*cells)
+    return table
+
+
 class _Console(Console):
     """rich's console, except that a reader who left (``mtpcheck ... | head``) is reported as
     the ``BrokenPipeError`` it is: rich's default exits with status 1, which would read as a
@@ -303,6 +339,9 @@ class TableRenderer:
             console.print()
         if report.engine:
             console.print(_engine_table(report))
+            console.print()
+        if report.server:
+            console.print(_server_table(report))
             console.print()
         checks = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
         subject_width, word_width = _longest(report)
