@@ -61,7 +61,7 @@ class Run:
         return f"exit {self.exit_code}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_cli() -> Callable[..., Run]:
     """Invoke the CLI in-process; returns exit code, stdout and stderr separately."""
 

@@ -15,6 +15,7 @@ Two ways, by what the engine gives:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -155,14 +156,7 @@ def send_workload(
     before = scrape(server, engine.metrics_page) if engine.counters else Reading()
     if concurrency == 1 and engine.counters is not None:
         return _one_by_one(server, engine, bodies, before, progress)
-    answers: list[dict[str, Any]] = []
-    # all of them in flight together from the start: an engine batches what arrives
-    # together, and its figures can depend on the batches (a fresh vLLM server given a
-    # workload's prompts at once counts as its offline engine given them in one call)
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for answer in pool.map(lambda b: _complete(server, b), bodies):
-            answers.append(answer)
-            progress(len(answers))
+    answers = _all_at_once(server, bodies, concurrency, progress)
     figures = [engine.per_request(a) if engine.per_request else None for a in answers]
     if all(f is not None for f in figures):
         requests = tuple(f for f in figures if f is not None)
@@ -193,6 +187,28 @@ def send_workload(
         f"its counters over all {len(bodies)} requests, as one (no interval; --concurrency 1 "
         "reads them request by request)",
     )
+
+
+def _all_at_once(
+    server: Server, bodies: list[dict], concurrency: int, progress: Callable[[int], None]
+) -> list[dict[str, Any]]:
+    """Up to ``concurrency`` requests in flight, the first wave released together: an engine
+    batches what arrives together, and its figures can depend on the batches (a fresh vLLM
+    server given a workload's prompts at once counts as its offline engine given them in one
+    call)."""
+    wave = threading.Barrier(min(concurrency, len(bodies)))
+
+    def send(index: int) -> dict[str, Any]:
+        if index < wave.parties:
+            wave.wait(timeout=60)
+        return _complete(server, bodies[index])
+
+    answers = []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for answer in pool.map(send, range(len(bodies))):
+            answers.append(answer)
+            progress(len(answers))
+    return answers
 
 
 def _one_by_one(
