@@ -113,8 +113,8 @@ def profile(run_cli, servers, tmp_path_factory) -> Path:
     assert [e["value"] for e in served["expected"]] == [pytest.approx(633 / 643, abs=1e-12)]
     messages = [f["message"] for c in json.loads(run.stdout)["checks"] for f in c["findings"]]
     assert messages[1] == (
-        "the checkpoint's drafter accepts 0.984 offline on the same prompts by the engine's "
-        "draft rule: the engine serves what the checkpoint has"
+        "the checkpoint's drafter accepts 0.984 offline on the same prompts by vLLM's draft "
+        "rule: the engine serves what the checkpoint has"
     )
     return path
 
@@ -148,9 +148,7 @@ def test_counts_equal_vllms_offline_engine(run_cli, servers, server, fixture, re
     _assert_vllm_counts(_served(run), recorded)
 
 
-def test_a_server_without_the_rotary_fix_fails_the_profile(
-    run_cli, servers, profile: Path
-) -> None:
+def test_a_server_without_the_rotary_fix_fails_the_profile(run_cli, servers, profile: Path) -> None:
     # the same checkpoint served by an engine whose CPU rotary kernel rotates all heads but
     # the first at the wrong positions (NOTES.md, patch 4): the profile gate fails, and the
     # checkpoint's own drafter says whose loss it is
@@ -166,11 +164,13 @@ def test_a_server_without_the_rotary_fix_fails_the_profile(
     assert len(failing) == 2, failing
     assert failing[0].startswith(
         f"position 1: vLLM 0.32.0 accepts {first:.3f} where the checkpoint's drafter accepts "
-        "0.984 offline on the same prompts by the engine's draft rule (one-sided z = "
+        "0.984 offline on the same prompts by vLLM's draft rule (one-sided z = "
     )
     assert failing[0].endswith("the engine serving it loses acceptance the checkpoint has")
     assert failing[1].startswith(f"position 1: {first:.3f} below profile {profile}'s 0.984 (")
-    assert failing[1].endswith("; the engine's loss (the checkpoint's drafter accepts more offline)")
+    assert failing[1].endswith(
+        "; the engine's loss (the checkpoint's drafter accepts more offline)"
+    )
 
 
 def test_text_prompts_without_a_tokenizer(run_cli, servers) -> None:

@@ -86,7 +86,7 @@ def test_a_server_without_speculative_decoding_is_a_finding(run_cli, one_prompt:
         run = _accept(run_cli, url, one_prompt)
     assert run.exit_code == 1, run
     assert (
-        f"no drafter served: vLLM 0.32.0 drafted nothing in 1 requests (speculative decoding "
+        "no drafter served: vLLM 0.32.0 drafted nothing in 1 requests (speculative decoding "
         "off, or its drafter not loaded)"
     ) in " ".join(run.stdout.split())
 
@@ -189,8 +189,8 @@ def test_an_engine_mtpcheck_does_not_know(run_cli, one_prompt: Path) -> None:
     assert _error(run) == (
         f"mtpcheck: error: {url}/metrics: no serving engine mtpcheck knows exports these metrics "
         "(myengine_requests_created, myengine_requests_total); it reads vllm:* (vllm), "
-        "sglang:* (sglang), llamacpp:* (llamacpp), trtllm_* (trtllm); name one with --server-engine if a proxy renames "
-        "them"
+        "sglang:* (sglang), llamacpp:* (llamacpp), trtllm_* (trtllm); name one with "
+        "--server-engine if a proxy renames them"
     )
 
 

@@ -5,7 +5,7 @@ Each workload's prompts go to the server's OpenAI completions endpoint, one work
 time (:mod:`mtpcheck.accept.server_requests`); the engine's figures become shares per
 position with intervals over requests. They are then held to what is expected of them:
 ``--min-acceptance``, a saved profile (``--profile``), and, with CKPT, what the checkpoint's
-own drafter accepts offline on the same prompts by the engine's draft rule, which tells whose
+own drafter accepts offline on the same prompts by vLLM's draft rule, which tells whose
 loss a shortfall is: the checkpoint's drafter, or the engine serving it.
 """
 

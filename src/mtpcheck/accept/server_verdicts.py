@@ -75,7 +75,7 @@ def _engine_shortfalls(r: ServerAcceptance, comparisons: int) -> list[Shortfall]
 
 def expectation_findings(r: ServerAcceptance, comparisons: int) -> list[Finding]:
     """With CKPT: FAIL per position where the engine accepts less than the checkpoint's own
-    drafter does offline by the engine's draft rule (the engine's loss); else one INFO."""
+    drafter does offline by vLLM's draft rule (the engine's loss); else one INFO."""
     if not r.expected:
         return []
     tests = _engine_shortfalls(r, comparisons)
@@ -84,7 +84,7 @@ def expectation_findings(r: ServerAcceptance, comparisons: int) -> list[Finding]
             r.server,
             Status.FAIL,
             f"position {i}: {r.engine} accepts {t.measured:.3f} where the checkpoint's drafter "
-            f"accepts {t.reference:.3f} offline on the same prompts by the engine's draft rule "
+            f"accepts {t.reference:.3f} offline on the same prompts by vLLM's draft rule "
             f"({t.test}): the engine serving it loses acceptance the checkpoint has",
             {"position": i, "served": t.measured, "expected": t.reference, "p_value": t.p_value},
         )
@@ -98,8 +98,8 @@ def expectation_findings(r: ServerAcceptance, comparisons: int) -> list[Finding]
         Finding(
             r.server,
             Status.INFO,
-            f"the checkpoint's drafter accepts {offline} offline on the same prompts by the "
-            "engine's draft rule: the engine serves what the checkpoint has",
+            f"the checkpoint's drafter accepts {offline} offline on the same prompts by vLLM's "
+            "draft rule: the engine serves what the checkpoint has",
             {"expected": [e.estimate.value for e in r.expected]},
         )
     ]
