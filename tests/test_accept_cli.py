@@ -245,7 +245,9 @@ def test_online_draft_then_verify_beside_teacher_forcing(run_cli, workloads, tmp
         assert (o["sequences"], o["prompt_tokens"], o["new_tokens"]) == (4, 9, 20)
         assert o["drafts"] >= 4 * 20 // 2  # at most two tokens per verify pass
         assert o["agreeing"] == o["drafts"]  # greedy: the same verdict at every drafted position
-        assert o["online"] == o["teacher_forced"] == o["accepted"] / o["drafts"]
+        first = o["accepted_per_position"][0]
+        assert o["online"] == o["teacher_forced"] == first / o["drafts"]
+        assert o["accepted_tokens"] == first  # k = 1: the one depth's
         assert o["tokens_per_pass"] == pytest.approx(1 + o["online"])
     assert rows["in_domain"]["online"] > rows["shuffled"]["online"]
     assert "**MTP acceptance online**" in md.read_text()

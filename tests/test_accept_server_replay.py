@@ -63,6 +63,11 @@ def test_per_request_figures_add_up_to_the_counters(run_cli, one_prompt: Path) -
         run = _accept(run_cli, url, one_prompt, "--format", "json")
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
+    from tests.test_readme import _report_example, _shape
+
+    example, real = _shape(_report_example()), _shape(report)
+    for place in ("", "server_acceptance[]"):
+        assert real[place] == example[place], place  # docs/report.md names every field
     (served,) = report["server_acceptance"]
     histogram = SPEC["acceptance_histogram"]
     assert served["engine"] == "vLLM 0.32.0"

@@ -16,6 +16,7 @@ ACCEPT_ONLY = (
     "online_acceptance",
     "engine_acceptance",
     "engine_deltas",
+    "server_acceptance",
 )
 
 

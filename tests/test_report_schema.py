@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from mtpcheck.report.json_ import SCHEMA_VERSION
 from tests.conftest import FIXTURES
 
 SCHEMA = json.loads(resources.files("mtpcheck.report").joinpath("report.schema.json").read_text())
@@ -25,7 +26,7 @@ def _valid(document: dict) -> bool:
 
 def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["$defs"]["report"]["properties"]["schema_version"] == {"const": 1}
+    assert SCHEMA["$defs"]["report"]["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def report(tmp_path_factory) -> dict:
     "damage",
     [
         lambda r: r.pop("ok"),
-        lambda r: r.update(schema_version=2),
+        lambda r: r.update(schema_version=3),
         lambda r: r["checks"][0].update(status="passed"),
         lambda r: r["tensors"][0].update(status="same"),
         lambda r: r["tensors"][0].pop("values_differing"),
@@ -53,7 +54,7 @@ def report(tmp_path_factory) -> dict:
         lambda r: r.update(acceptance=[]),  # accept-only fields on a diff
         lambda r: r["checks"][0].update(findings=[]),
     ],
-    ids=["no-ok", "version-2", "check-status", "tensor-status", "field-gone", "extra-field",
+    ids=["no-ok", "version-3", "check-status", "tensor-status", "field-gone", "extra-field",
          "accept-fields", "no-findings"],
 )  # fmt: skip
 def test_what_is_not_a_report_is_rejected(report: dict, damage) -> None:

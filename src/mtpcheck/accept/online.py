@@ -243,6 +243,7 @@ def measure_online(
         accepted_per_depth=per_depth if k > 1 else (),
         teacher_forced_per_depth=by_depth if k > 1 else (),
         engine=options.online_engine,
+        accepted_tokens=drafted,
         in_output=in_output if greedy else None,
         draft_rule=options.draft_rule,
     )

@@ -95,7 +95,8 @@ class OnlineAcceptance:
     drafts: int
     """Verify passes (each with k drafts)."""
     accepted: int
-    """Drafts at depth 1 accepted."""
+    """Passes whose depth-1 draft was accepted (position 1 of ``accepted_per_position`` in
+    the JSON report)."""
     online: float
     """accepted / drafts: the depth-1 acceptance."""
     tokens_per_pass: float
@@ -114,6 +115,8 @@ class OnlineAcceptance:
     engine: str = "mtpcheck"
     """Whose decoding loop ran: ``mtpcheck`` or ``transformers`` (``generate(use_mtp=True)``,
     its counts as transformers reports them)."""
+    accepted_tokens: int = 0
+    """Drafts accepted at every depth, summed over passes (the engines' ``accepted_tokens``)."""
     in_output: int | None = None
     """transformers, T = 0: first drafts the generated text holds at their position (each one
     the main model's greedy token, so accepted in fact; transformers' count can be lower)."""

@@ -21,7 +21,7 @@ from mtpcheck.model import (
     TensorComparison,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _input(s: CheckpointSummary) -> dict[str, Any]:
@@ -238,13 +238,13 @@ def _online(o: OnlineAcceptance) -> dict[str, Any]:
         "prompt_tokens": o.prompt_tokens,
         "new_tokens": o.new_tokens,
         "drafts": o.drafts,
-        "accepted": o.accepted,
+        "accepted_tokens": o.accepted_tokens,
         "online": o.online,
         "tokens_per_pass": o.tokens_per_pass,
         "teacher_forced": o.teacher_forced,
         "agreeing": o.agreeing,
         "k": o.k,
-        "accepted_per_depth": list(o.accepted_per_depth),
+        "accepted_per_position": list(o.accepted_per_depth or (o.accepted,)),
         "teacher_forced_per_depth": list(o.teacher_forced_per_depth),
         "draft_rule": o.draft_rule,
         "engine": o.engine,
