@@ -61,6 +61,6 @@ def expectations(
         out.append(
             tuple(Share(ratio_estimate(r, steps), ratio_standard_error(r, steps)) for r in reached)
         )
-        log(f"{figure.workload}: offline by the engine's rule "
+        log(f"{figure.workload}: offline by vLLM's draft rule "
             + " / ".join(f"{s.estimate.value:.3f}" for s in out[-1]))  # fmt: skip
     return out, summarise(ckpt, analysis)

@@ -33,10 +33,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(venv: Path, fixture: Path, k: int, work: Path, skip: tuple[str, ...] = ()) -> Launched:
-    """``serve.py FIXTURE --draft-tokens K`` (k = 0: no speculative decoding)."""
+def start(
+    venv: Path,
+    fixture: Path,
+    k: int,
+    work: Path,
+    skip: tuple[str, ...] = (),
+    port: int | None = None,
+) -> Launched:
+    """``serve.py FIXTURE --draft-tokens K`` (k = 0: no speculative decoding), on ``port`` or
+    a free one."""
     work.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     argv = [str(venv / "bin" / "python"), str(HERE / "serve.py"), str(fixture),
             "--draft-tokens", str(k), "--port", str(port), "--work-dir", str(work)]  # fmt: skip
     for name in skip:

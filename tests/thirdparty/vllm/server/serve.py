@@ -33,6 +33,7 @@ def server_argv(model: Path, k: int, port: int) -> list[str]:
     argv = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model),
+        "--served-model-name", model.name,  # not the copy's path: the same on every machine
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32",
         "--enforce-eager",
