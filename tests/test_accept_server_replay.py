@@ -374,3 +374,28 @@ def test_without_ckpt_outside_server(run_cli, one_prompt: Path) -> None:
     run = run_cli("accept", "--workload", f"one={one_prompt}")
     assert run.exit_code == 2, run
     assert "Missing argument 'CKPT' (only --server runs without one)." in run.stderr
+
+
+def test_markdown_summary_and_no_torch(tmp_path: Path, one_prompt: Path) -> None:
+    # a run on a server with text prompts loads no model: torch is never imported, and the
+    # Markdown summary (e.g. $GITHUB_STEP_SUMMARY) carries the served figures
+    import subprocess
+    import sys
+
+    summary = tmp_path / "summary.md"
+    probe = (
+        "import sys\nfrom mtpcheck.cli import main\ncode = 0\ntry:\n    code = main()\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\nsys.exit(code)\n"
+    )
+    with replaying(_vllm_script()) as url:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, "accept", "--server", url, "--workload",
+             f"one={one_prompt}", "--temperature", "0", "--markdown", str(summary)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "torch imported: False"
+    text = summary.read_text()
+    assert "**MTP acceptance served by vLLM 0.32.0**" in text
+    assert f"| one | {SPEC['num_spec_steps']} | 1.000 | — | 2.00 |" in text

@@ -93,8 +93,10 @@ def test_missing_interpreter_is_one_line(run_cli, tmp_path: Path) -> None:
     assert run.stdout == ""
 
 
-def test_interpreter_without_vllm(run_cli) -> None:
-    # mtpcheck's own venv has no vLLM: that is what a user without the extra meets
+def test_interpreter_without_vllm(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    # mtpcheck's own venv has no vLLM: that is what a user without the extra meets (and
+    # without MTPCHECK_VLLM_VENV, which CI sets, naming another interpreter)
+    monkeypatch.delenv("MTPCHECK_VLLM_VENV", raising=False)
     run = run_cli("accept", DEEPSEEK, *_workload(DEEPSEEK), "--engine", "vllm")
     assert run.exit_code == 2, run
     last = run.stderr.strip().splitlines()[-1]

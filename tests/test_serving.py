@@ -1,9 +1,10 @@
 """``serving``: what a serving engine builds from the config, where it is not what was trained.
 
 The DeepSeek-V3 router case is confirmed end to end with vLLM 0.32 itself (CPU build, its
-offline engine in ``tests/thirdparty/vllm/probe_router.py``): the shipped fixture's config,
-without ``topk_method``, is refused on load; with ``topk_method`` alone vLLM routes with
-softmax; with both keys it builds transformers' sigmoid router with the correction bias.
+offline engine in ``tests/thirdparty/vllm/probe_router.py``): the trained fixture's config
+without ``topk_method`` is refused on load; with ``topk_method`` alone vLLM routes with
+softmax; with both keys, as the fixture ships, it builds transformers' sigmoid router with the
+correction bias.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ ROUTER_KEYS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}
 
 
 def _with_config(src: Path, dst: Path, **changes: Any) -> Path:
+    """A copy of ``src`` whose config has ``changes`` (a None value removes the key)."""
     shutil.copytree(src, dst)
     config = json.loads((dst / "config.json").read_text())
     config.update(changes)
+    config = {k: v for k, v in config.items() if v is not None}
     (dst / "config.json").write_text(json.dumps(config, indent=2))
     return dst
 
@@ -149,10 +152,10 @@ def _probe(shimmed_python: Path, *ckpts: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_vllm_builds_what_the_check_says(shimmed_python: Path, tmp_path: Path) -> None:
-    fixture = FIXTURES / "accept_deepseek_v3"  # has a tokenizer; its config lacks both keys
-    alone = _with_config(fixture, tmp_path / "topk", topk_method="noaux_tc")
-    both = _with_config(fixture, tmp_path / "both", **ROUTER_KEYS)
-    assert _probe(shimmed_python, fixture, alone, both) == [
+    fixture = FIXTURES / "accept_deepseek_v3"  # has a tokenizer and the release's two keys
+    neither = _with_config(fixture, tmp_path / "neither", topk_method=None, scoring_func=None)
+    alone = _with_config(fixture, tmp_path / "topk", topk_method="noaux_tc", scoring_func=None)
+    assert _probe(shimmed_python, neither, alone, fixture) == [
         "REFUSED KeyError: 'layers.1.mlp.gate.e_score_correction_bias'",
         'ROUTER {"model.layers.1.mlp.experts.routed_experts": ["softmax", true]}',
         'ROUTER {"model.layers.1.mlp.experts.routed_experts": ["sigmoid", true]}',

@@ -20,7 +20,8 @@ def prepare_fixture(src: str | os.PathLike, dest_dir: str | os.PathLike) -> Path
 
     What it changes: for ``model_type == "deepseek_v3"`` it adds ``topk_method: "noaux_tc"``
     and ``scoring_func: "sigmoid"`` where absent (the release config of DeepSeek-V3 carries
-    both; the fixture's, written by transformers' ``save_pretrained``, does not). Why:
+    both; ``save_pretrained`` leaves them out, and the shipped fixture has them since its
+    generator adds them). Why:
     transformers' ``DeepseekV3TopkRouter`` always scores experts with ``sigmoid`` and adds
     ``e_score_correction_bias`` for the choice (``modeling_deepseek_v3.py``), whereas vLLM's
     ``DeepseekV2MoE`` reads ``getattr(config, "scoring_func", "softmax")`` and creates the
