@@ -1,16 +1,21 @@
-"""``accept``: offline MTP acceptance per workload."""
+"""``accept``: MTP acceptance per workload, offline, on vLLM, or on a running server."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mtpcheck.accept.server_engines import ENGINES
 from mtpcheck.cli.app import check_output_path, cli, execute, make_options, output_options
 from mtpcheck.model import Report
+
+if TYPE_CHECKING:
+    from mtpcheck.accept.options import AcceptOptions
 
 SERVER_ENGINES = tuple(ENGINES)
 
@@ -287,34 +292,7 @@ def accept(
     if len(set(names)) != len(names):
         raise click.BadParameter("workload names must be unique", param_hint="--workload")
     if server_url is not None:
-        _refuse_outside_server(click.get_current_context())
-        from mtpcheck.accept.options import AcceptOptions, ServerOptions
-
-        options = AcceptOptions(
-            checkpoint=ckpt,
-            workloads=tuple(workloads),
-            temperature=temperature,
-            device=device,
-            dtype=dtype,
-            max_tokens=max_tokens,
-            tokenizer=tokenizer,
-            min_acceptance=min_acceptance,
-            trust_pickle=trust_pickle,
-            prompt_tokens=prompt_tokens,
-            new_tokens=new_tokens,
-            server=ServerOptions(
-                url=server_url,
-                engine=server_engine,
-                model=server_model,
-                timeout=request_timeout,
-                concurrency=concurrency,
-                save_profile=save_profile,
-                profile=profile,
-            ),
-        )
-        check_output_path("--save-profile", save_profile)
-        opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
-        raise SystemExit(execute("accept", lambda: _server_report(options, opts.log), opts))
+        raise SystemExit(_on_server(click.get_current_context(), tuple(workloads)))
     ctx = click.get_current_context()
     given = [o for o in SERVER_ONLY if _given(ctx, o)]
     if given:
@@ -434,11 +412,44 @@ def _refuse_outside_server(ctx: click.Context) -> None:
             raise click.UsageError(f"{flag} does not apply to --server")
 
 
-def _server_report(options, log) -> Report:
-    """Check the inputs (CKPT opens whole, workloads read), then measure on the server."""
-    from mtpcheck.accept.options import AcceptOptions
+def _on_server(ctx: click.Context, workloads: tuple[tuple[str, Path], ...]) -> int:
+    """``accept --server``: the options that apply there, checked, then the run."""
+    from mtpcheck.accept.options import AcceptOptions, ServerOptions
 
-    assert isinstance(options, AcceptOptions) and options.server is not None
+    _refuse_outside_server(ctx)
+    p = ctx.params
+    options = AcceptOptions(
+        checkpoint=p["ckpt"],
+        workloads=workloads,
+        temperature=p["temperature"],
+        device=p["device"],
+        dtype=p["dtype"],
+        max_tokens=p["max_tokens"],
+        tokenizer=p["tokenizer"],
+        min_acceptance=p["min_acceptance"],
+        trust_pickle=p["trust_pickle"],
+        prompt_tokens=p["prompt_tokens"],
+        new_tokens=p["new_tokens"],
+        server=ServerOptions(
+            url=p["server_url"],
+            engine=p["server_engine"],
+            model=p["server_model"],
+            timeout=p["request_timeout"],
+            concurrency=p["concurrency"],
+            save_profile=p["save_profile"],
+            profile=p["profile"],
+        ),
+    )
+    check_output_path("--save-profile", p["save_profile"])
+    opts = make_options(
+        p["fmt"], p["junit_xml"], p["markdown"], p["debug"], p["trust_pickle"], p["quiet"]
+    )
+    return execute("accept", lambda: _server_report(options, opts.log), opts)
+
+
+def _server_report(options: AcceptOptions, log: Callable[[str], None]) -> Report:
+    """Check the inputs (CKPT opens whole, workloads read), then measure on the server."""
+    assert options.server is not None
     if options.checkpoint is not None:
         from mtpcheck.accept.preflight import preflight
         from mtpcheck.pipeline.whole_source import require_whole_main_model
