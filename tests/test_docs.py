@@ -176,10 +176,15 @@ def _chunks(shown: list[str]) -> list[list[str]]:
 
 def _assert_shown(where: str, shown: list[str], printed: list[str], exit_code: int) -> None:
     at = 0
-    for chunk in _chunks(shown):  # each run of lines between `...` is printed as shown, in order
+    chunks = _chunks(shown)
+    for n, chunk in enumerate(chunks):  # each run of lines between `...` printed as shown, in order
         starts = [i for i in range(at, len(printed)) if printed[i : i + len(chunk)] == chunk]
         assert starts, f"{where}: not printed (after line {at}):\n" + "\n".join(chunk)
+        if n == 0 and shown[0] != "...":
+            assert starts[0] == 0, f"{where}: lines left out before the first, no `...`"
         at = starts[0] + len(chunk)
+    if chunks and shown[-1] != "...":
+        assert at == len(printed), f"{where}: lines left out after the last, no `...`"
     if any(line.startswith("verdict: ") for line in shown):
         assert exit_code == (0 if "verdict: PASS" in shown else 1), where
 
@@ -193,7 +198,9 @@ def test_the_examples_are_found() -> None:
 def test_a_changed_line_is_caught() -> None:
     printed = ["a", "b", "c", "verdict: PASS"]
     _assert_shown("ok", ["a", "...", "c", "verdict: PASS"], printed, 0)
-    for shown in (["a", "c"], ["c", "...", "a"], ["b", "x"]):  # a gap unmarked, order, a change
+    # a gap unmarked, order, a change, lines left out at the start or the end unmarked
+    for shown in (["a", "c"], ["c", "...", "a"], ["b", "x"], ["b", "c", "verdict: PASS"],
+                  ["a", "b"]):  # fmt: skip
         with pytest.raises(AssertionError):
             _assert_shown("bad", shown, printed, 0)
     with pytest.raises(AssertionError):
