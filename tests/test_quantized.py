@@ -102,6 +102,18 @@ def test_diff_reports_quantized_tensors_as_quantized_and_dequantizes_them(
     assert bool(mtp) == (CASES[case]["mtp"] == "quantized"), sorted(mtp)
 
 
+def test_steps_are_shown_with_three_decimals(run_cli) -> None:
+    # 0.520 steps once read "within 0.52 steps" beside "within 0.521 steps"
+    case = "llmc-mfptq-deepseek_v3-w4a16-quantized"
+    run = run_cli("diff", _source(case), CORPUS / case, "--all", "--dequantize", "--format", "json")
+    assert run.exit_code == 0, run
+    messages = [f["message"] for c in _report(run)["checks"] for f in c["findings"]]
+    shown = [m.split("within ")[1].split(" steps")[0] for m in messages if " steps of A" in m]
+    assert len(shown) > 10
+    assert all(len(s.split(".")[1]) == 3 for s in shown), shown
+    assert "0.520" in shown  # the figure that lost its zero
+
+
 def test_experts_unpacked_and_quantized_are_one_quantized_tensor(run_cli) -> None:
     """model_free_ptq writes Qwen3.5-MoE's fused MTP experts as one FP8 tensor per expert and
     projection: the fused tensor is reported quantized, each expert measured against its rows."""

@@ -50,7 +50,7 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
         if c.steps is not None:
             return (
                 f"stored {was} in {left}, {now} in {right}; dequantized, within "
-                f"{c.steps:.3g} steps of {left}"
+                f"{c.steps:.3f} steps of {left}"
             )
         return f"stored {was} in {left}, {now} in {right} (not comparable bit for bit)"
     if c.status is TensorStatus.NOT_COMPARED:
