@@ -87,17 +87,21 @@ def test_megatron_to_hf_refuses_a_damaged_megatron_source(
     megatron = hf_to_megatron(open_checkpoint(DS), tmp_path / "mg").parent
     (data,) = (megatron / "release").glob("*.distcp")
     data.write_bytes(data.read_bytes()[:-1])
-    run = run_cli("convert", "megatron-to-hf", megatron, tmp_path / "hf", "--hf-config", DS)
-    assert run.exit_code == 2  # --hf-config must be a file: usage, before any work
-    run = run_cli(
-        "convert", "megatron-to-hf", megatron, tmp_path / "hf", "--hf-config", DS / "config.json"
-    )
-    assert run.exit_code == 1, run
-    assert run.stderr.startswith(
-        f"mtpcheck: refused: {megatron}: not converted: the source fails its audit: integrity: "
-        f"{data.name}: {data.name} is "
-    )
-    assert not (tmp_path / "hf").exists()
+    # --hf-config takes the config file or the folder holding it, as roundtrip --synthetic does
+    for config in (DS / "config.json", DS):
+        run = run_cli("convert", "megatron-to-hf", megatron, tmp_path / "hf", "--hf-config", config)
+        assert run.exit_code == 1, run
+        assert run.stderr.startswith(
+            f"mtpcheck: refused: {megatron}: not converted: the source fails its audit: "
+            f"integrity: {data.name}: {data.name} is "
+        )
+        assert not (tmp_path / "hf").exists()
+    # a folder without one is named, exit 2
+    empty = tmp_path / "no-config"
+    empty.mkdir()
+    run = run_cli("convert", "megatron-to-hf", megatron, tmp_path / "hf", "--hf-config", empty)
+    assert run.exit_code == 2, run
+    assert str(empty / "config.json") in run.stderr
 
 
 def test_gated_convert_checks_the_destination_before_reading_the_source(tmp_path: Path) -> None:

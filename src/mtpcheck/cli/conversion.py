@@ -159,9 +159,10 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
 @click.argument("dst", type=click.Path(path_type=Path))
 @click.option(
     "--hf-config",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     required=True,
-    help="config.json of the HF model the Megatron checkpoint holds.",
+    help="config.json of the HF model the Megatron checkpoint holds, or the folder holding it "
+    "(as roundtrip --synthetic takes).",
 )
 @click.option(
     "--copies/--no-copies",
@@ -184,7 +185,8 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
 
         log = StderrLog()
         started = time.monotonic()
-        files = run(src, dst, read_config(hf_config), copies, False, log)
+        config = hf_config / "config.json" if hf_config.is_dir() else hf_config
+        files = run(src, dst, read_config(config), copies, False, log)
         size = sum(f.stat().st_size for f in files)
         log(
             f"wrote {dst} ({len(files)} safetensors file(s), {human_size(size)}) in "
