@@ -405,3 +405,17 @@ def test_convert_says_what_it_wrote(tmp_path: Path) -> None:
         rf"mtpcheck: wrote {tmp_path / 'm' / 'release'} \(43 tensors, 19\.00 KiB\) in [0-9.]+ s\n",
         run.stderr,
     ), run.stderr
+
+
+def test_the_version_has_one_place(run_cli) -> None:
+    import importlib.metadata
+    import tomllib
+
+    import mtpcheck
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    run = run_cli("--version")
+    assert run.exit_code == 0, run
+    assert run.stdout == f"mtpcheck, version {mtpcheck.__version__}\n"
+    assert importlib.metadata.version("mtpcheck") == mtpcheck.__version__
