@@ -124,7 +124,7 @@ def _reached(histogram: list[int]) -> tuple[int, ...]:
 
 
 def _sglang_request(response: Mapping[str, Any]) -> ServedRequest | None:
-    """SGLang >= 0.5.20: ``sglext.spec_tokens_details`` of a completion response asked with
+    """SGLang 0.5.23: ``sglext.spec_tokens_details`` of a completion response asked with
     ``return_spec_tokens_details`` (``SpecTokensDetails``; the ``meta_info`` fields of
     ``/generate``)."""
     details = (response.get("sglext") or {}).get("spec_tokens_details")
