@@ -414,7 +414,7 @@ def test_the_version_has_one_place(run_cli) -> None:
 
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert re.search(r'^dynamic = \["version"\]$', pyproject, re.M)
-    assert not re.search(r"^version = ", pyproject, re.M)
+    assert not re.search(r"^version = \"", pyproject, re.M)  # no literal version
     run = run_cli("--version")
     assert run.exit_code == 0, run
     assert run.stdout == f"mtpcheck, version {mtpcheck.__version__}\n"
