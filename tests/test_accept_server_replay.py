@@ -316,6 +316,23 @@ def test_sglang_per_request_details(run_cli, one_prompt: Path) -> None:
     assert script.bodies[0]["return_spec_tokens_details"] is True
 
 
+def test_sglang_without_speculative_decoding(run_cli, one_prompt: Path) -> None:
+    # asked for its spec_tokens_details, SGLang adds them only with a speculative algorithm
+    # set (managers/tokenizer_manager.py): a response without them is a server that drafts
+    # nothing
+    script = Script(
+        metrics=[_page((Counter, "sglang:num_requests", {"model_name": "m"}, 3))],
+        completions=[_completion({})],
+        pages={"/server_info": {"version": "0.5.23"}, "/v1/models": {"data": [{"id": "m"}]}},
+    )
+    with replaying(script) as url:
+        run = _accept(run_cli, url, one_prompt)
+    assert run.exit_code == 1, run
+    assert "no drafter served: SGLang 0.5.23 drafted nothing in 1 requests" in " ".join(
+        run.stdout.split()
+    )
+
+
 def test_tensorrt_llm_counters_per_position(run_cli, one_prompt: Path) -> None:
     # TensorRT-LLM main (1.3.0rc): Prometheus on /prometheus/metrics, prefix trtllm_,
     # per-position counters labelled token_position (tensorrt_llm/metrics/collector.py);

@@ -168,6 +168,11 @@ def send_workload(
             f"{engine.title} gave per-request figures for some requests and not others",
         )
     if engine.counters is None:
+        if engine.request_extra:
+            # mtpcheck asked for the figures, and an engine that drafts gives them: none at
+            # all is a server that drafts nothing (SGLang adds them only with a speculative
+            # algorithm set)
+            return Sent(tuple(_undrafted(a) for a in answers), "per-request")
         raise ServerError(
             server.url("/v1/completions"),
             f"{engine.title} gave no per-request speculative-decoding figures; start it with "
@@ -187,6 +192,10 @@ def send_workload(
         f"its counters over all {len(bodies)} requests, as one (no interval; --concurrency 1 "
         "reads them request by request)",
     )
+
+
+def _undrafted(answer: dict[str, Any]) -> ServedRequest:
+    return ServedRequest(_generated(answer), 0, 0, 0, None)
 
 
 def _all_at_once(
