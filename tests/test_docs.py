@@ -129,8 +129,9 @@ def test_relative_links_point_at_files(page: Path) -> None:
 
 
 def test_readme_keeps_the_test_command_ci_runs() -> None:
-    ci = (ROOT / ".ci" / "run").read_text().split("# README's test command, verbatim:\n", 1)[1]
-    assert ci.splitlines()[0] in (ROOT / "README.md").read_text().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text().split("# README's test command, verbatim", 1)[1]
+    command = next(line for line in ci.splitlines()[1:] if line.startswith("python3 -m venv"))
+    assert command in (ROOT / "README.md").read_text().splitlines()
 
 
 # --- console examples on the shipped fixtures --------------------------------------------------
