@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.test_accept_vllm import _assert_counters
 from tests.thirdparty.tools import REQUIRE, VLLM_VENV
 
 pytestmark = pytest.mark.slow
@@ -81,23 +82,13 @@ def _served(run) -> dict:
 
 
 def _assert_vllm_counts(served: dict, recorded: str) -> None:
-    """The figures equal what vLLM's offline engine counted on the same prompts."""
+    """The figures equal what vLLM's offline engine counted on the same prompts (the same
+    assertions as ``accept --engine vllm``'s, and what only a server run has)."""
     r = json.loads((RESULTS / f"{recorded}.json").read_text())
-    assert served["engine"] == f"vLLM {r['vllm_version']}"
+    _assert_counters(served, r)
     assert served["source"] == "per-request"
     assert served["requests"] == r["num_prompts"]
     assert served["k"] == r["draft_tokens_k"]
-    assert served["drafts"] == r["drafts"]
-    assert served["draft_tokens"] == r["draft_tokens"]
-    assert served["accepted_tokens"] == r["accepted_tokens"]
-    assert served["accepted_per_position"] == r["accepted_per_pos"]
-    assert [p["value"] for p in served["by_position"]] == pytest.approx(
-        r["acceptance_per_pos"], abs=1e-12
-    )
-    assert served["mean_acceptance_length"]["value"] == pytest.approx(
-        r["mean_acceptance_length"], abs=1e-12
-    )
-    assert served["generated_tokens"] == r["generated_tokens"]
 
 
 @pytest.fixture(scope="module")

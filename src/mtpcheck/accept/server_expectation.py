@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from mtpcheck.accept.options import AcceptOptions
 from mtpcheck.accept.server_requests import Prompt
-from mtpcheck.accept.stats import ratio_estimate, ratio_standard_error
+from mtpcheck.accept.stats import ratio_share
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.model import CheckpointSummary, ServerAcceptance, Share
 
@@ -58,9 +58,7 @@ def expectations(
             steps[d.sequence] += 1
             for i in range(min(d.depth_accepted, figure.k)):
                 reached[i][d.sequence] += 1
-        out.append(
-            tuple(Share(ratio_estimate(r, steps), ratio_standard_error(r, steps)) for r in reached)
-        )
+        out.append(tuple(ratio_share(r, steps) for r in reached))
         log(f"{figure.workload}: offline by vLLM's draft rule "
             + " / ".join(f"{s.estimate.value:.3f}" for s in out[-1]))  # fmt: skip
     return out, summarise(ckpt, analysis)

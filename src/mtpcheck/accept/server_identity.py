@@ -82,9 +82,9 @@ def _model(server: Server, given: str | None) -> str:
     return str(ids[0])
 
 
-def _detected(server: Server) -> ServingEngine:
+def _detected(server: Server) -> tuple[ServingEngine, Reading]:
     """The engine whose metric prefix the server's metrics page carries (``/metrics``, then
-    ``/prometheus/metrics``, where TensorRT-LLM keeps its Prometheus page)."""
+    ``/prometheus/metrics``, where TensorRT-LLM keeps its Prometheus page), and that page."""
     failures = []
     for page in dict.fromkeys(e.metrics_page for e in ENGINES.values()):
         try:
@@ -93,7 +93,7 @@ def _detected(server: Server) -> ServingEngine:
             failures.append(e)
             continue
         try:
-            return _by_names(reading, server.url(page))
+            return _by_names(reading, server.url(page)), reading
         except ServerError as e:
             failures.append(e)
     raise failures[0]
@@ -102,13 +102,16 @@ def _detected(server: Server) -> ServingEngine:
 def identify(server: Server, forced: str | None, model: str | None) -> Served:
     """The engine behind ``server`` (or the one ``--server-engine`` names), its version and
     the model to ask for."""
-    engine = ENGINES[forced] if forced else _detected(server)
-    if engine.counters is not None:
-        page = engine.metrics_page
-        strange = _unknown_spec_names(engine, scrape(server, page))
+    if forced:
+        engine = ENGINES[forced]
+        reading = scrape(server, engine.metrics_page) if engine.counters else None
+    else:
+        engine, reading = _detected(server)
+    if reading is not None:
+        strange = _unknown_spec_names(engine, reading)
         if strange:
             raise ServerError(
-                server.url(page),
+                server.url(engine.metrics_page),
                 f"{engine.title} {_version(server, engine)} exports speculative-decoding "
                 f"metrics mtpcheck does not know ({', '.join(strange)}); it reads the names of "
                 f"{engine.source}",

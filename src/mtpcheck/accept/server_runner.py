@@ -11,7 +11,7 @@ loss a shortfall is: the checkpoint's drafter, or the engine serving it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from mtpcheck.accept.options import AcceptOptions, ServerOptions
@@ -20,16 +20,9 @@ from mtpcheck.accept.server_http import Server
 from mtpcheck.accept.server_identity import Served, identify
 from mtpcheck.accept.server_requests import Prompt, Sent, send_workload
 from mtpcheck.accept.server_verdicts import workload_check
-from mtpcheck.accept.stats import ratio_estimate, ratio_standard_error
+from mtpcheck.accept.stats import ratio_estimate, ratio_share
 from mtpcheck.errors import InputError
 from mtpcheck.model import CheckpointSummary, CheckResult, Report, ServerAcceptance, Share
-
-
-def share(numerators: Sequence[float], denominators: Sequence[float]) -> Share:
-    return Share(
-        ratio_estimate(numerators, denominators),
-        ratio_standard_error(numerators, denominators),
-    )
 
 
 def summarise_workload(
@@ -46,7 +39,7 @@ def summarise_workload(
     if counted and k and all(p is not None for p in per_position):
         padded = [tuple(p) + (0,) * (k - len(p)) for p in per_position if p is not None]
         positions = tuple(sum(p[i] for p in padded) for i in range(k))
-        by_position = tuple(share([p[i] for p in padded], steps) for i in range(k))  # type: ignore[misc]
+        by_position = tuple(ratio_share([p[i] for p in padded], steps) for i in range(k))  # type: ignore[misc]
     drafts = sum(s for s in steps if s is not None) if counted else None
     if k is None and drafts:
         whole, rest = divmod(sum(r.draft_tokens for r in rs), drafts)
@@ -76,7 +69,7 @@ def summarise_workload(
         accepted_tokens=sum(r.accepted_tokens for r in rs),
         accepted_per_position=positions,
         by_position=by_position,
-        acceptance=share([r.accepted_tokens for r in rs], [r.draft_tokens for r in rs]),
+        acceptance=ratio_share([r.accepted_tokens for r in rs], [r.draft_tokens for r in rs]),
         mean_acceptance_length=length,
     )
 

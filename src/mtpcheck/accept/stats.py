@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mtpcheck.model import Estimate
+from mtpcheck.model import Estimate, Share
 
 Z_975 = 1.959963984540054
 _T_975 = (
@@ -84,12 +84,10 @@ def ratio_estimate(
     if total <= 0:
         return Estimate(0.0, None, None)
     ratio = float(sum(numerators)) / total
-    m = len(numerators)
-    if m < 2:
+    se = ratio_standard_error(numerators, denominators)
+    if se is None:
         return Estimate(ratio, None, None)
-    squares = sum((y - ratio * n) ** 2 for y, n in zip(numerators, denominators, strict=True))
-    se = math.sqrt(m / (m - 1) * squares) / total
-    half = t_quantile_975(m - 1) * se
+    half = t_quantile_975(len(numerators) - 1) * se
     return Estimate(ratio, max(bounds[0], ratio - half), min(bounds[1], ratio + half))
 
 
@@ -133,6 +131,14 @@ def ratio_standard_error(
     ratio = float(sum(numerators)) / total
     squares = sum((y - ratio * n) ** 2 for y, n in zip(numerators, denominators, strict=True))
     return math.sqrt(m / (m - 1) * squares) / total
+
+
+def ratio_share(numerators: Sequence[float], denominators: Sequence[float]) -> Share:
+    """:func:`ratio_estimate` with its standard error, for a later run to be tested against."""
+    return Share(
+        ratio_estimate(numerators, denominators),
+        ratio_standard_error(numerators, denominators),
+    )
 
 
 #: The family-wise false-alarm rate of a profile or expectation gate: across every workload

@@ -3,7 +3,8 @@
 # llama.cpp vendored in the PyPI sdist llama-cpp-python==0.3.36 (ggml-org/llama.cpp@0c1e57098),
 # the same source install_venv.sh takes the GGUF converter from.  CPU only, Release, static.
 #
-#   LLAMACPP_SERVER_BUILD=/tmp/llamacpp-server bash tests/thirdparty/llamacpp/server/build_server.sh
+#   [LLAMACPP_SERVER_BUILD=DIR] bash tests/thirdparty/llamacpp/server/build_server.sh
+#   (default DIR: the repository's .llama-server, where the tests and .ci/run look)
 #
 # Result: $LLAMACPP_SERVER_BUILD/build/bin/llama-server (+ llama-cli), logs in
 # $LLAMACPP_SERVER_BUILD/{cmake_config,build_server,build_cli}.log, times on stdout.
@@ -17,7 +18,7 @@
 # ggml, llama, common, mtmd, cpp-httplib, server), llama-cli 15 s more; binaries 15 MB each.
 set -euo pipefail
 
-BUILD="${LLAMACPP_SERVER_BUILD:-/tmp/llamacpp-server}"
+BUILD="${LLAMACPP_SERVER_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)/.llama-server}"
 PY="${PYTHON:-python3}"
 JOBS="${JOBS:-$(nproc)}"
 NATIVE="${LLAMACPP_NATIVE:-ON}"

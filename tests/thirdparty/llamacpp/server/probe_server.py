@@ -1,7 +1,7 @@
 """Start llama-server on one GGUF, send a few greedy completions, read its metrics, stop it.
 
     python3 tests/thirdparty/llamacpp/server/probe_server.py \
-        --server /tmp/llamacpp-server/build/bin/llama-server \
+        --server .llama-server/build/bin/llama-server \
         --model tests/data/llamacpp_gguf/accept_deepseek_v3__f32__full/*.gguf \
         --fixture fixtures/accept_deepseek_v3 --out /tmp/probe.json \
         [--port 18181] [--n-prompts 4] [--n-predict 40] -- [extra llama-server args...]

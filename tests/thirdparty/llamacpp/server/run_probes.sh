@@ -2,7 +2,7 @@
 # Run probe_server.py for the speculative-decoding configurations of llama-server that
 # matter to mtpcheck, each with its own server process (always killed at the end).
 #
-#   LLAMACPP_SERVER_BUILD=/tmp/llamacpp-server OUT=/tmp/llamacpp-probes \
+#   [LLAMACPP_SERVER_BUILD=DIR] OUT=DIR \
 #       bash tests/thirdparty/llamacpp/server/run_probes.sh [NAME...]
 #
 # NAME (default: all): ds_base ds_mtp ds_draft_self qwen_base qwen_mtp qwen_mtp_sidecar
@@ -25,9 +25,9 @@ set -uo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../../../.." && pwd)"
-BUILD="${LLAMACPP_SERVER_BUILD:-/tmp/llamacpp-server}"
+BUILD="${LLAMACPP_SERVER_BUILD:-$REPO/.llama-server}"
 SERVER="${LLAMA_SERVER:-$BUILD/build/bin/llama-server}"
-OUT="${OUT:-/tmp/llamacpp-probes}"
+OUT="${OUT:-${TMPDIR:-/tmp}/llamacpp-probes}"
 PORT="${PORT:-18181}"
 NMAX="${SPEC_DRAFT_N_MAX:-3}"
 mkdir -p "$OUT"
