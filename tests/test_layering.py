@@ -67,7 +67,9 @@ ALLOWED: dict[str, set[str]] = {
 # third-party modules a layer may import
 THIRD_PARTY: dict[str, set[str]] = {
     # huggingface_hub: hf:// inputs only; msgspec: the typed JSON decoding of headers and index
-    "formats": {"torch", "yaml", "huggingface_hub", "msgspec"},
+    # no torch: Megatron's pickles are read with stand-ins (formats/torch_pickle.py), their
+    # tensors mapped with numpy (formats/torch_save_file.py); the core install has no torch
+    "formats": {"numpy", "yaml", "huggingface_hub", "msgspec"},
     "report": {"rich"},
     "cli": {"click", "rich"},  # rich: the live progress bar (cli/stderr_log.py)
     "checks": {"numpy"},

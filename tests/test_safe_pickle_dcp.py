@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,15 +73,41 @@ def _metadata_with_plans() -> Metadata:
 
 
 def test_save_and_load_plans_in_metadata_are_read(tmp_path: Path) -> None:
+    """Every field the reader uses survives, as inert stand-ins (no torch class is built)."""
     path = tmp_path / ".metadata"
-    original = _metadata_with_plans()
-    path.write_bytes(pickle.dumps(original))
+    path.write_bytes(pickle.dumps(_metadata_with_plans()))
     loaded = load_raw_pickle(path)
-    assert loaded.state_dict_metadata == original.state_dict_metadata
-    assert loaded.storage_data == original.storage_data
-    assert loaded.planner_data == original.planner_data
-    assert loaded.planner_data["plans"][0].items[0].type is WriteItemType.SHARD
-    assert loaded.all_local_plans == original.all_local_plans
+    key = "mtp.layers.0.eh_proj.weight"
+    assert sorted(loaded.state_dict_metadata) == ["common/_extra_state", key]
+    tensor = loaded.state_dict_metadata[key]
+    assert (str(tensor.properties.dtype), tensor.properties.dtype.code) == (
+        "torch.bfloat16",
+        "BF16",
+    )
+    assert tensor.size == (4, 8) and type(tensor.size) is tuple
+    assert [(c.offsets, c.sizes) for c in tensor.chunks] == [((0, 0), (4, 8))]
+    ((index, where),) = loaded.storage_data.items()
+    assert (index.fqn, index.offset) == (key, (0, 0))
+    assert (where.relative_path, where.offset, where.length) == ("__0_0.distcp", 0, 64)
+    (write, extra) = loaded.planner_data["plans"][0].items
+    assert type(write.type).__name__ == "WriteItemType"
+    assert write.type._args == (WriteItemType.SHARD.value,)
+    assert extra.index.fqn == "common/_extra_state"
+    assert loaded.planner_data["load"].items[0].lengths == (4, 8)
+    assert [len(plan.items) for plan in loaded.all_local_plans] == [1]
+    assert not any(m.startswith("torch") for m in _modules_imported_by(path))
+
+
+def _modules_imported_by(path: Path) -> list[str]:
+    """Modules a fresh interpreter has imported after loading ``path``."""
+    code = (
+        "import sys\n"
+        "from mtpcheck.formats.safe_pickle import load_raw_pickle\n"
+        f"load_raw_pickle({str(path)!r})\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 class _Gadget:

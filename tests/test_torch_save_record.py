@@ -1,4 +1,4 @@
-"""Tensor bytes located inside real ``torch.save`` files, without loading them."""
+"""Tensor bytes located inside real ``torch.save`` files, without loading them (or torch)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_slice_saved_with_its_whole_storage_is_found_at_its_offset(tmp_path: P
     ],
     ids=["transposed", "dict", "list"],
 )
-def test_anything_but_a_plain_tensor_is_left_to_torch(tmp_path: Path, obj: object) -> None:
+def test_anything_but_a_plain_tensor_is_left_to_assembly(tmp_path: Path, obj: object) -> None:
     path = tmp_path / "other.pt"
     start, length = _save(obj, path)
     assert _locate(path, start, length) is None
@@ -101,7 +101,7 @@ def test_malformed_blobs_give_none_not_an_exception(tmp_path: Path) -> None:
     assert _locate(path, 0, len(payload)) is None
 
 
-def test_big_endian_record_is_left_to_torch(tmp_path: Path) -> None:
+def test_big_endian_record_is_not_located(tmp_path: Path) -> None:
     path = tmp_path / "be.pt"
     start, length = _save(torch.ones(4, dtype=torch.float32), path)
     blob = bytearray(path.read_bytes())

@@ -113,7 +113,7 @@ DTYPES: Mapping[str, DType] = {
         DType("I64", 64, _I, "int64", "int64", "LongStorage"),
         DType("U64", 64, _U, "uint64", "uint64"),
         DType("F64", 64, _F, "float64", "float64", "DoubleStorage"),
-        DType("C64", 64, Kind.COMPLEX, "complex64", "complex64"),
+        DType("C64", 64, Kind.COMPLEX, "complex64", "complex64", "ComplexFloatStorage"),
         DType("F4", 4, _F),
         DType("F6_E2M3", 6, _F),
         DType("F6_E3M2", 6, _F),

@@ -178,24 +178,22 @@ safetensors_dtype = safetensors_code
 
 
 def element_size(dtype: Any) -> int:
-    """Bytes per element of a torch dtype."""
-    itemsize = getattr(dtype, "itemsize", None)
-    if isinstance(itemsize, int):
-        return itemsize
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
+    """Bytes per element of a dtype as a checkpoint's pickle names it
+    (:class:`~mtpcheck.formats.torch_pickle.TorchDType`)."""
+    return int(dtype.itemsize)
 
 
-def tensor_chunks(tensor: Any, chunk_bytes: int) -> Iterator[bytes]:
-    """Raw little-endian bytes of a tensor in C order, at most ``chunk_bytes`` at a time.
+def tensor_chunks(elements: Any, chunk_bytes: int) -> Iterator[bytes]:
+    """Raw little-endian bytes of a tensor's elements (a numpy array of its element width,
+    :meth:`~mtpcheck.formats.torch_pickle.StoredTensor.elements`) in C order, at most
+    ``chunk_bytes`` at a time.
 
     The bytes are reinterpreted, never converted, so bf16, fp8 and NaN payloads are exact.
     """
-    import torch
+    import numpy as np
 
-    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    view = memoryview(flat.numpy())
+    flat = np.ascontiguousarray(elements).reshape(-1).view(np.uint8)
+    view = memoryview(flat)
     step = max(1, chunk_bytes)
     for start in range(0, len(view), step):
         yield bytes(view[start : start + step])

@@ -10,9 +10,9 @@ Opening reads ``.metadata``, ``common.pt`` and ``run_config.yaml`` only. Each te
 ``torch.save`` blob at a byte range of a ``.distcp`` file; :meth:`read_chunks` reads just the
 chunks of the one tensor asked for. Where the chunks are plain tensor records that tile the
 tensor in row bands (one chunk, a layer or expert of a stacked chunk, TP row splits, SwiGLU
-halves), their bytes are streamed by offset in bounded reads, without torch
-(:mod:`mtpcheck.formats.torch_save_record`); otherwise the chunks are loaded with torch and
-assembled. Keys are mapped to canonical names by
+halves), their bytes are streamed by offset in bounded reads
+(:mod:`mtpcheck.formats.torch_save_record`); otherwise the chunks' elements are mapped and
+assembled (numpy). Nothing here imports torch. Keys are mapped to canonical names by
 :mod:`mtpcheck.formats.torch_dist_keys` (the scheme the torch_dist writer writes by), so that:
 
 * a stacked key ``<block>.layers.X`` with a leading layer axis becomes ``<block>.layers.{k}.X``;
@@ -61,13 +61,13 @@ from mtpcheck.formats.megatron_common import (
     iteration_dirs,
     no_iteration_error,
     resolve_iteration_dir,
-    safetensors_dtype,
     tensor_chunks,
     unpadded_rows,
     wrapper_prefix,
 )
 from mtpcheck.formats.megatron_dist_config import load_config
 from mtpcheck.formats.torch_dist_keys import KeyTemplate, row_part_order
+from mtpcheck.formats.torch_pickle import StoredTensor, TorchDType, TorchReadError
 from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-torch-dist"
@@ -115,7 +115,7 @@ class MegatronDistCheckpoint:
     naming: Naming = Naming.MEGATRON
 
     def byte_spans(self, name: str) -> list[ByteSpan] | None:
-        """The tensor's bytes as ranges of the data files; None when torch must assemble it."""
+        """The tensor's bytes as ranges of the data files; None where they must be assembled."""
         if not self.tensors[name].readable:
             return None
         return _row_band_spans(Path(self.directory), self.plans[name])
@@ -216,8 +216,6 @@ def _check_metadata_json(path: Path) -> None:
 def _build_plans(
     metadata_file: Path, metadata: Any, config: Mapping[str, Any]
 ) -> tuple[dict[str, _Plan], list[IntegrityIssue]]:
-    import torch
-
     state = getattr(metadata, "state_dict_metadata", None)
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(state, dict) or not isinstance(storage, dict):
@@ -240,7 +238,7 @@ def _build_plans(
         dtype = getattr(properties, "dtype", None)
         if size is None or not isinstance(chunks, (list, tuple)):
             raise InputError(metadata_file, f"{key}: malformed size or chunk list")
-        if not isinstance(dtype, torch.dtype):
+        if not isinstance(dtype, TorchDType):
             raise InputError(metadata_file, f"{key}: dtype {dtype!r} is not a torch dtype")
         template = KeyTemplate.of(key, len(size))
         inner = size[template.axes :]
@@ -398,7 +396,7 @@ def _tensor_metas(
         shape = plan.shape if plan.rows is None else (plan.rows, *plan.shape[1:])
         tensors[name] = TensorMeta(
             name=name,
-            dtype=safetensors_dtype(plan.dtype),
+            dtype=plan.dtype.code,
             shape=tuple(shape),
             file=str(directory / plan.pieces[0].file),
             offset=0,
@@ -421,19 +419,17 @@ def _tensor_metas(
 
 
 def _assemble(directory: Path, plan: _Plan) -> Any:
-    import torch
+    """The tensor's elements (:func:`~mtpcheck.formats.torch_save_file.elements_of`),
+    assembled from its chunks wherever they lie."""
+    import numpy as np
 
-    from mtpcheck.formats.safe_pickle import load_tensor_blob
+    from mtpcheck.formats.torch_pickle import element_type
 
+    width = element_size(plan.dtype)
     out = written = None
     for piece in plan.pieces:
         path = directory / piece.file
-        chunk = load_tensor_blob(_read_range(path, piece.offset, piece.length), path)
-        if not isinstance(chunk, torch.Tensor) or chunk.numel() != math.prod(piece.chunk_sizes):
-            raise InputError(path, f"chunk at byte {piece.offset} is not the expected tensor")
-        if chunk.dtype != plan.dtype:
-            raise InputError(path, f"chunk of {plan.key} is {chunk.dtype}, expected {plan.dtype}")
-        chunk = chunk.reshape(piece.chunk_sizes)
+        chunk = _chunk_elements(path, piece, plan)
         n = len(piece.fixed)
         if n:
             chunk = chunk[
@@ -443,25 +439,40 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
             out = chunk
             break
         if out is None:
-            out = torch.empty(plan.shape, dtype=plan.dtype)
-            written = torch.zeros(plan.shape, dtype=torch.bool)
+            out = np.zeros(plan.shape, dtype=element_type(width))
+            written = np.zeros(plan.shape, dtype=bool)
         region = _region(piece)
         if written[region].any():  # chunks that overlap would leave other elements unset
             raise InputError(path, f"chunks of {plan.key} overlap")
         written[region] = True
         out[region] = chunk
     if out is None:
-        out = torch.empty(plan.shape, dtype=plan.dtype)
+        out = np.zeros(plan.shape, dtype=element_type(width))
     return out if plan.rows is None else out[: plan.rows]
+
+
+def _chunk_elements(path: Path, piece: _Piece, plan: _Plan) -> Any:
+    """The elements of one stored chunk, shaped as the chunk."""
+    from mtpcheck.formats.safe_pickle import load_torch_file
+
+    chunk = load_torch_file(path, window=(piece.offset, piece.length))
+    if not isinstance(chunk, StoredTensor) or chunk.numel != math.prod(piece.chunk_sizes):
+        raise InputError(path, f"chunk at byte {piece.offset} is not the expected tensor")
+    if chunk.dtype != plan.dtype.code:
+        raise InputError(path, f"chunk of {plan.key} is {chunk.dtype}, expected {plan.dtype}")
+    try:
+        return chunk.elements().reshape(piece.chunk_sizes)
+    except TorchReadError as e:
+        raise InputError(path, f"chunk at byte {piece.offset}: {e}") from e
 
 
 def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
     """The tensor's bytes as byte ranges of the data files, in C order; None unless every
     piece is a plain tensor record of the plan's dtype whose part of the tensor is whole rows,
-    the pieces tiling the rows exactly (then torch assembles it)."""
+    the pieces tiling the rows exactly (then :func:`_assemble` does)."""
     from mtpcheck.formats.torch_save_record import locate_tensor
 
-    dtype = safetensors_dtype(plan.dtype)
+    dtype = plan.dtype.code
     width = element_size(plan.dtype)
     row_bytes = math.prod(plan.shape[1:]) * width
     bands: list[tuple[int, ByteSpan]] = []
@@ -492,7 +503,7 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
             span = ByteSpan(str(directory / piece.file), raw.offset + skip * width, length)
             bands.append((start_row, span))
     except OSError:
-        return None  # torch's path reports the file and the reason
+        return None  # _assemble reports the file and the reason
     finally:
         for fd in descriptors.values():
             os.close(fd)

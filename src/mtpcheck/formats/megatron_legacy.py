@@ -48,15 +48,14 @@ from mtpcheck.formats.megatron_common import (
     args_config,
     canonical_name,
     count_decoder_layers,
-    element_size,
     is_model_key,
     iteration_dirs,
     no_iteration_error,
     resolve_iteration_dir,
-    safetensors_dtype,
     tensor_chunks,
     unpadded_rows,
 )
+from mtpcheck.formats.torch_pickle import StoredTensor, TorchReadError
 from mtpcheck.model import IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-legacy"
@@ -176,7 +175,7 @@ def _load_rank(rank_dir: Path, trust_pickle: bool, file_sizes: dict[str, int]) -
     file_sizes[str(file)] = _size(file)
     from mtpcheck.formats.safe_pickle import load_torch_file  # only Megatron inputs need it
 
-    content = load_torch_file(file, trust_pickle=trust_pickle, mmap=True)
+    content = load_torch_file(file, trust_pickle=trust_pickle)
     if not isinstance(content, dict):
         raise InputError(file, f"expected a dict, found {type(content).__name__}")
     return content
@@ -292,8 +291,6 @@ def _collect(
     config: Mapping[str, Any],
     sizes: tuple[int, int, int],
 ) -> dict[str, _Entry]:
-    import torch
-
     tp_size, pp_size, ep_size = sizes
     gated = bool(config.get("swiglu") or config.get("gated_linear_unit"))
     if tp_size > 1 and "swiglu" not in config and "gated_linear_unit" not in config:
@@ -322,7 +319,7 @@ def _collect(
     for (t, p, e), models in by_stage:
         for v, model in enumerate(models):
             for key, value in model.items():
-                if not isinstance(value, torch.Tensor) or not is_model_key(key):
+                if not isinstance(value, StoredTensor) or not is_model_key(key):
                     continue
                 expert = ".mlp.experts." in key
                 if e > 0 and not expert:
@@ -416,26 +413,28 @@ def _tensor_metas(entries: Mapping[str, _Entry], tp_size: int) -> dict[str, Tens
         shape = _full_shape(name, entry, tp_size)
         if entry.rows is not None:
             shape = (entry.rows, *shape[1:])
-        dtype = entry.shards[0].dtype
+        first = entry.shards[0]
         tensors[name] = TensorMeta(
             name=name,
-            dtype=safetensors_dtype(dtype),
+            dtype=first.dtype,
             shape=shape,
             file=entry.files[0],
             offset=0,
-            nbytes=math.prod(shape) * element_size(dtype),
+            nbytes=math.prod(shape) * first.itemsize,
         )
     return tensors
 
 
 def _join(name: str, entry: _Entry) -> Any:
-    import torch
+    """The joined tensor's elements (numpy, of the element width; bytes never converted)."""
+    import numpy as np
 
-    shards = [entry.shards[t] for t in sorted(entry.shards)]
+    shards = [_elements(entry, t) for t in sorted(entry.shards)]
     if entry.kind == "replicated":
-        first = shards[0].reshape(-1).view(torch.uint8)
+        first = np.ascontiguousarray(shards[0]).reshape(-1).view(np.uint8)
         for t, other in enumerate(shards[1:], start=1):
-            if not torch.equal(first, other.reshape(-1).view(torch.uint8)):
+            raw = np.ascontiguousarray(other).reshape(-1).view(np.uint8)
+            if first.shape != raw.shape or not np.array_equal(first, raw):
                 raise InputError(
                     entry.files[t],
                     f"{name} differs between TP ranks 0 and {t}, but mtpcheck knows it only as "
@@ -445,10 +444,17 @@ def _join(name: str, entry: _Entry) -> Any:
     elif len(shards) == 1:
         full = shards[0]
     elif entry.kind == "dim0":
-        full = torch.cat(shards, dim=0)
+        full = np.concatenate(shards, axis=0)
     elif entry.kind == "dim1":
-        full = torch.cat(shards, dim=1)
+        full = np.concatenate(shards, axis=1)
     else:
         half = shards[0].shape[0] // 2
-        full = torch.cat([s[:half] for s in shards] + [s[half:] for s in shards], dim=0)
+        full = np.concatenate([s[:half] for s in shards] + [s[half:] for s in shards], axis=0)
     return full if entry.rows is None else full[: entry.rows]
+
+
+def _elements(entry: _Entry, tp_rank: int) -> Any:
+    try:
+        return entry.shards[tp_rank].elements()
+    except TorchReadError as e:
+        raise InputError(entry.files[tp_rank], f"unreadable tensor ({e})") from e

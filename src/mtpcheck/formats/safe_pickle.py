@@ -5,33 +5,39 @@ Megatron checkpoints are pickles: ``.pt`` files written by ``torch.save`` (``com
 save. Unpickling calls whatever callable the file names, so a hostile file can run code. Every
 loader here resolves only an allowlist of globals:
 
-* ``.pt`` files go through ``torch.load(weights_only=True)`` (torch's own tensor allowlist) plus
-  the few standard-library types megatron-core allowlists for its own loads (``argparse``
-  and ``types`` namespaces, ``pathlib`` paths, ``io.BytesIO``, ``signal.Signals``). The
-  pickle's globals are listed statically first, so a refused file is never executed.
-* ``.metadata`` uses a restricted :class:`pickle.Unpickler` that knows the DCP metadata classes,
-  ``torch.Size``, dtypes, ``pathlib`` paths and plain containers.
+* ``.pt`` files are zip archives (:mod:`mtpcheck.formats.torch_save_file`) whose ``data.pkl``
+  is read by a restricted :class:`pickle.Unpickler`: torch's tensor, storage and dtype globals
+  resolve to inert stand-ins (:mod:`mtpcheck.formats.torch_pickle`), so a tensor is a
+  :class:`~mtpcheck.formats.torch_pickle.StoredTensor` whose bytes stay memory-mapped in the
+  file; besides them only plain containers and the few standard-library types megatron-core
+  allowlists for its own loads (``argparse`` and ``types`` namespaces, ``pathlib`` paths,
+  ``io.BytesIO``, ``signal.Signals``) resolve.
+* ``.metadata`` uses a restricted :class:`pickle.Unpickler` that knows the DCP metadata classes
+  (as inert stand-ins that store their fields), ``torch.Size``, dtypes, ``pathlib`` paths and
+  plain containers.
 
+Nothing here imports torch: Megatron checkpoints are read with the core install.
 Classes from ``megatron*`` modules, and in ``.pt`` files the numpy arrays of a saved RNG
 state, become :class:`Placeholder` objects that only store their state, so neither megatron nor
 numpy is imported. ``trust_pickle=True`` lifts the allowlist (megatron classes still become
-placeholders); use it only for files from a trusted source.
+placeholders and torch's globals stand-ins); use it only for files from a trusted source.
 """
 
 from __future__ import annotations
 
+import builtins
+import codecs
+import collections
 import functools
-import importlib
 import io
+import pathlib
 import pickle
-import re
-import types
-import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mtpcheck.errors import InputError
+from mtpcheck.formats.torch_pickle import TorchReadError, storage_ref, torch_global
+from mtpcheck.formats.torch_save_file import Archive
 
 PLACEHOLDER_PREFIXES = ("megatron",)
 """Modules whose classes are replaced by inert placeholders."""
@@ -107,8 +113,6 @@ def _plain_pt_global(qualified_name: str) -> Any | None:
 
         return types_module.SimpleNamespace
     if qualified_name in ("pathlib.PosixPath", "pathlib._local.PosixPath"):
-        import pathlib
-
         return pathlib.PurePosixPath
     if qualified_name == "_io.BytesIO":
         return io.BytesIO
@@ -133,97 +137,98 @@ def _extra_pt_global(qualified_name: str) -> Any | None:
     return _plain_pt_global(qualified_name)
 
 
-_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+def _pt_global(module: str, name: str) -> Any | None:
+    """Resolve a global a ``.pt`` file may name, or None: torch's tensor, storage and dtype
+    globals as inert stand-ins (:mod:`mtpcheck.formats.torch_pickle`), plain containers, and
+    the few standard-library types megatron-core allowlists for its own loads."""
+    found = torch_global(module, name)
+    if found is not None:
+        return found
+    found = _extra_pt_global(f"{module}.{name}")
+    return found if found is not None else _container_global(module, name)
+
+
+class _PtUnpickler(pickle.Unpickler):
+    """A ``data.pkl`` whose tensors become :class:`StoredTensor` records of ``archive``;
+    only allowlisted globals resolve, unless ``trusting`` (megatron classes still become
+    placeholders then, and torch's own globals stand-ins)."""
+
+    def __init__(self, file: Any, path: str | Path, archive: Archive, trusting: bool) -> None:
+        super().__init__(file)
+        self._path, self._archive, self._trusting = path, archive, trusting
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = _pt_global(module, name)
+        if obj is not None:
+            return obj
+        if self._trusting:
+            return super().find_class(module, name)
+        raise _refusal(self._path, f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        ref = storage_ref(pid, self._archive)
+        self._archive.check(ref)
+        return ref
 
 
 def load_torch_file(
-    path: str | Path, *, trust_pickle: bool = False, mmap: bool = False, blob: bytes | None = None
+    path: str | Path,
+    *,
+    trust_pickle: bool = False,
+    blob: bytes | None = None,
+    window: tuple[int, int] | None = None,
 ) -> Any:
-    """Load a ``torch.save`` file (or ``blob``, named ``path`` in errors: megatron-core >= 0.19
-    keeps its common state as such a blob inside a data file) on CPU, resolving only
-    allowlisted globals."""
-    import torch
+    """Load a ``torch.save`` file without torch: tensors become :class:`StoredTensor` records
+    whose bytes stay in the file (memory-mapped) until used.
 
-    def source() -> Any:
-        return str(path) if blob is None else io.BytesIO(blob)
-
-    if trust_pickle:
-        return _load_trusted(path, mmap=mmap, blob=blob)
-    extra: list[tuple[Any, str]] = []
+    ``window`` is the archive's ``(start, length)`` in ``path`` (a DCP chunk); ``blob`` an
+    archive held in memory, named ``path`` in errors (megatron-core >= 0.19 keeps its common
+    state as such a blob inside a data file).
+    """
     try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(source())
+        archive = Archive(path, window, blob)
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
-    except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
-        if not zipfile.is_zipfile(source()):
-            names = []  # legacy (non-zip) torch.save format: weights_only alone guards it
-        else:
-            raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
-    for qualified_name in sorted(names):
-        obj = _extra_pt_global(qualified_name)
-        if obj is None:
-            raise _refusal(path, qualified_name)
-        extra.append((obj, qualified_name))
+    except TorchReadError as e:
+        raise InputError(path, f"unreadable torch.save file ({e})") from e
     try:
-        with torch.serialization.safe_globals(extra):
-            return torch.load(source(), map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as e:
-        found = _UNSUPPORTED_GLOBAL.search(str(e))
-        if found:
-            raise _refusal(path, found.group(1)) from e
-        raise InputError(path, f"unreadable pickle ({_one_line(e)})") from e
+        loaded = unpickle_archive(archive, path, trust_pickle=trust_pickle)
+        archive.map()  # the tensors' bytes stay readable once the file is closed
+        return loaded
+    except (TorchReadError, ValueError) as e:
+        raise InputError(path, f"unreadable torch.save file ({e})") from e
+    except OSError as e:
+        raise InputError(path, e.strerror or str(e)) from e
+    finally:
+        archive.close()
+
+
+def unpickle_archive(
+    archive: Archive, path: str | Path, *, trust_pickle: bool = False, max_bytes: int | None = None
+) -> Any:
+    """The object of an open archive's ``data.pkl`` (see :func:`load_torch_file`)."""
+    try:
+        data = io.BytesIO(archive.pickle_bytes(max_bytes))
+        return _PtUnpickler(data, path, archive, trust_pickle).load()
+    except InputError:
+        raise
+    except TorchReadError as e:
+        raise InputError(path, f"unreadable torch.save file ({e})") from e
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
     except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
         raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
 
 
-def load_tensor_blob(blob: bytes, where: str | Path) -> Any:
-    """Load one ``torch.save``-d tensor held in memory (a DCP chunk); tensors only."""
-    import torch
-
-    try:
-        return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        found = _UNSUPPORTED_GLOBAL.search(str(e))
-        if found:
-            raise _refusal(where, found.group(1)) from e
-        raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
-    except Exception as e:  # a corrupt blob raises many types (IndexError, KeyError, ...)
-        raise InputError(where, f"unreadable tensor chunk ({_one_line(e)})") from e
-
-
 class _TrustingUnpickler(pickle.Unpickler):
-    """Unrestricted, except that megatron classes become placeholders (no megatron import)."""
+    """Unrestricted, except that megatron classes become placeholders (no megatron import)
+    and torch's own globals stand-ins (no torch import)."""
 
     def find_class(self, module: str, name: str) -> Any:
         if _is_placeholder_module(module):
             return placeholder_for(f"{module}.{name}")
-        return super().find_class(module, name)
-
-
-_TRUSTING_PICKLE_MODULE = types.SimpleNamespace(
-    Unpickler=_TrustingUnpickler,
-    load=lambda f, **kw: _TrustingUnpickler(f, **kw).load(),
-    __name__="mtpcheck_trusting_pickle",
-)
-
-
-def _load_trusted(path: str | Path, *, mmap: bool, blob: bytes | None = None) -> Any:
-    import torch
-
-    try:
-        return torch.load(
-            str(path) if blob is None else io.BytesIO(blob),
-            map_location="cpu",
-            weights_only=False,
-            mmap=mmap,
-            pickle_module=_TRUSTING_PICKLE_MODULE,
-        )
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    except Exception as e:  # a trusted file may still be corrupt; any failure is bad input
-        raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
+        obj = _metadata_global(module, name)
+        return obj if obj is not None else super().find_class(module, name)
 
 
 # --- raw pickles: the DCP .metadata file ----------------------------------------------------
@@ -270,38 +275,47 @@ effects), so none of them can be turned into a call of something else. Writers, 
 planners and storage extensions of the same modules stay refused."""
 
 
-def _metadata_global(module: str, name: str) -> Callable[..., Any] | None:
+class _TensorProperties(Placeholder):
+    """DCP's ``TensorProperties`` pickles its fields as a tuple (``__getstate__``)."""
+
+    _qualified_name = "torch.distributed.checkpoint.metadata.TensorProperties"
+    _FIELDS = ("dtype", "layout", "requires_grad", "memory_format", "pin_memory")
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == len(self._FIELDS):
+            self.__dict__.update(zip(self._FIELDS, state, strict=True))
+        else:
+            super().__setstate__(state)
+
+
+def _dcp_class(module: str, name: str) -> type[Placeholder] | None:
+    """An inert stand-in of an allowlisted DCP data class: it stores the fields it is given."""
+    if name not in _DCP_DATA_CLASSES.get(module, ()):
+        return None
+    if name == "TensorProperties":
+        return _TensorProperties
+    return placeholder_for(f"{module}.{name}")
+
+
+def _container_global(module: str, name: str) -> Any | None:
+    """Plain containers and the bytes codec a pickle of data names, or None."""
+    if (module, name) == ("collections", "OrderedDict"):
+        return collections.OrderedDict
+    if module in ("builtins", "__builtin__") and name in _BUILTINS:
+        return getattr(builtins, name)
+    if (module, name) == ("_codecs", "encode"):
+        return codecs.encode
+    return None
+
+
+def _metadata_global(module: str, name: str) -> Any | None:
     """Resolve an allowlisted global of a DCP ``.metadata`` pickle, or None."""
     if _is_placeholder_module(module):
         return placeholder_for(f"{module}.{name}")
-    if name in _DCP_DATA_CLASSES.get(module, ()):
-        return getattr(importlib.import_module(module), name, None)
-    if module == "torch":
-        import torch
-
-        obj = getattr(torch, name, None)
-        if name == "Size" or isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
-            return obj
-        return None
-    if (module, name) == ("torch.serialization", "_get_layout"):
-        import torch.serialization
-
-        return torch.serialization._get_layout
-    if (module, name) == ("collections", "OrderedDict"):
-        import collections
-
-        return collections.OrderedDict
-    if module in ("builtins", "__builtin__") and name in _BUILTINS:
-        import builtins
-
-        return getattr(builtins, name)
-    if (module, name) == ("_codecs", "encode"):
-        import codecs
-
-        return codecs.encode
+    found = _dcp_class(module, name) or torch_global(module, name)
+    if found is not None:
+        return found
     if module in ("pathlib", "pathlib._local"):
-        import pathlib
-
         # WindowsPath cannot be instantiated on POSIX; a pure path keeps the text.
         by_name = {
             "PosixPath": pathlib.PurePosixPath,
@@ -310,7 +324,7 @@ def _metadata_global(module: str, name: str) -> Callable[..., Any] | None:
             "PureWindowsPath": pathlib.PureWindowsPath,
         }
         return by_name.get(name)
-    return None
+    return _container_global(module, name)
 
 
 class _RestrictedUnpickler(pickle.Unpickler):

@@ -1,0 +1,243 @@
+"""The zip archive of a ``torch.save`` file, read without torch.
+
+A ``torch.save`` file (and each tensor chunk or common-state blob of a
+torch.distributed.checkpoint ``.distcp`` file, which is one such archive at a byte range) is a
+zip: ``<prefix>/data.pkl`` is the pickle, ``<prefix>/data/<key>`` holds each storage's elements
+as raw little-endian bytes, ``<prefix>/byteorder`` says which. torch writes the records
+uncompressed, so a storage's bytes lie at a fixed offset of the file: :class:`Archive` maps
+them there (``numpy.memmap``, nothing read until a tensor's elements are used) and falls back
+to decompressing a record only where a writer compressed it.
+
+What the pickle may name is :mod:`mtpcheck.formats.safe_pickle`'s business; this module knows
+the container only.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtpcheck.formats.torch_pickle import StorageRef, TorchReadError
+
+MAX_PICKLE_BYTES = 256 * 1024 * 1024
+"""A ``data.pkl`` is kilobytes (a rank file's args and key names); more is not a checkpoint."""
+
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_LOCAL_MAGIC = b"PK\x03\x04"
+
+
+class _Window(io.RawIOBase):
+    """``length`` bytes of a file at ``start``, as a read-only seekable file (positioned reads,
+    the descriptor's own offset untouched)."""
+
+    def __init__(self, fd: int, start: int, length: int) -> None:
+        super().__init__()
+        self.fd, self.start, self.length, self.pos = fd, start, length, 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.pos, self.length)[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        left = max(0, self.length - self.pos)
+        n = left if n is None or n < 0 else min(n, left)
+        data = os.pread(self.fd, n, self.start + self.pos) if n else b""
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class Archive:
+    """One ``torch.save`` archive: its pickle, and its storages' bytes by key.
+
+    ``path`` with an optional ``(start, length)`` window, or ``blob`` (named ``path`` in
+    errors). Raises :class:`TorchReadError` for an archive it cannot read (the caller names the
+    file); :class:`OSError` passes through.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        window: tuple[int, int] | None = None,
+        blob: bytes | None = None,
+        fd: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._records: dict[str, zipfile.ZipInfo] = {}
+        self._mapped: Any = None
+        self._own_fd = False
+        self._fd: int | None = None
+        if blob is not None:
+            self._mapped = np.frombuffer(blob, dtype=np.uint8)
+            self._file: Any = io.BytesIO(blob)
+        else:
+            if fd is None:
+                fd, self._own_fd = os.open(path, os.O_RDONLY), True
+            self._fd = fd
+            size = os.fstat(fd).st_size
+            start, length = window if window else (0, size)
+            if start + length > size:
+                if self._own_fd:
+                    os.close(fd)
+                raise TorchReadError(
+                    f"file ended inside the archive at bytes {start}..{start + length}"
+                )
+            self._file = _Window(fd, start, length)
+        try:
+            self._zip = self._open_zip()
+            self.prefix = self._prefix()
+        except (zipfile.BadZipFile, EOFError, KeyError, ValueError, struct.error) as e:
+            self.close()
+            if isinstance(e, TorchReadError):
+                raise
+            raise TorchReadError(f"malformed zip archive ({e})") from e
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_zip(self) -> zipfile.ZipFile:
+        try:
+            archive = zipfile.ZipFile(self._file)
+        except zipfile.BadZipFile as e:
+            raise TorchReadError(
+                "not a zip archive (torch.save files from before torch 1.6 are not read)"
+            ) from e
+        for info in archive.infolist():
+            self._records[info.filename] = info
+            if info.CRC == 0:  # torch wrote no checksum (torch.serialization.set_crc32_options)
+                info.CRC = None  # type: ignore[assignment]  # zipfile then checks none
+        return archive
+
+    def _prefix(self) -> str:
+        pickles = [n for n in self._records if n.endswith("/data.pkl") and n.count("/") == 1]
+        if len(pickles) != 1:
+            raise TorchReadError("no single <name>/data.pkl record")
+        prefix = pickles[0][: -len("data.pkl")]
+        order = self._records.get(prefix + "byteorder")
+        if order is not None and (order.file_size > 16 or self._zip.read(order) != b"little"):
+            raise TorchReadError("a big-endian torch.save file (not read)")
+        return prefix
+
+    def pickle_bytes(self, max_bytes: int | None = None) -> bytes:
+        info = self._records[self.prefix + "data.pkl"]
+        if info.file_size > (max_bytes or MAX_PICKLE_BYTES):
+            raise TorchReadError(f"data.pkl is {info.file_size} bytes")
+        return self._zip.read(info)
+
+    def close(self) -> None:
+        """Close the zip and the file; storages already mapped stay readable."""
+        if getattr(self, "_zip", None) is not None:
+            self._zip.close()
+        if self._own_fd and self._fd is not None:
+            os.close(self._fd)
+        self._fd = None
+
+    def map(self) -> None:
+        """Map the archive's bytes now, so that its storages stay readable after
+        :meth:`close`."""
+        self._bytes()
+
+    def _bytes(self) -> Any:
+        """The archive's bytes, memory-mapped read-only on first use."""
+        if self._mapped is None:
+            if self._fd is None:
+                raise TorchReadError("archive closed before its storages were mapped")
+            self._mapped = _map(self._fd, self._file.start, self._file.length)
+        return self._mapped
+
+    # --- storages (StorageBytes) --------------------------------------------------------------
+
+    def offset(self, key: str) -> int | None:
+        """Where storage ``key``'s bytes start in the file (window included); None where the
+        record is compressed or the archive is a blob in memory."""
+        info = self._record(key)
+        if info.compress_type != zipfile.ZIP_STORED or isinstance(self._file, io.BytesIO):
+            return None
+        return self._file.start + self._data_start(info)
+
+    def check(self, storage: StorageRef) -> None:
+        """Raise :class:`TorchReadError` unless the storage's record holds its bytes."""
+        width = storage.dtype.itemsize if storage.dtype else 1
+        nbytes = storage.numel * (width or 0)
+        size = self.record_size(storage.key)
+        if size != nbytes:
+            raise TorchReadError(f"storage {storage.key} holds {size} bytes, not {nbytes}")
+
+    def record_size(self, key: str) -> int:
+        """Bytes of storage ``key``'s record."""
+        return self._record(key).file_size
+
+    def storage(self, key: str, nbytes: int) -> Any:
+        info = self._record(key)
+        if info.file_size != nbytes:
+            raise TorchReadError(f"storage {key} holds {info.file_size} bytes, not {nbytes}")
+        if info.compress_type == zipfile.ZIP_STORED:
+            start = self._data_start(info)
+            mapped = self._bytes()
+            if start + nbytes > len(mapped):
+                raise TorchReadError(f"storage {key} ends past the end of the file")
+            return mapped[start : start + nbytes]
+        try:
+            with zipfile.ZipFile(self._reopen()) as again:
+                return np.frombuffer(again.read(info.filename), dtype=np.uint8)
+        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as e:
+            raise TorchReadError(f"storage {key}: {e}") from e
+
+    def _record(self, key: str) -> zipfile.ZipInfo:
+        info = self._records.get(f"{self.prefix}data/{key}")
+        if info is None:
+            raise TorchReadError(f"storage {key} has no record")
+        return info
+
+    def _reopen(self) -> Any:
+        """A file object for a compressed record, after :meth:`close`."""
+        return io.BytesIO(self._bytes().tobytes())
+
+    def _data_start(self, info: zipfile.ZipInfo) -> int:
+        """Offset of the record's bytes in the archive: after its local header, whose extra
+        field (torch pads it to align the data) may differ from the central directory's."""
+        at = info.header_offset
+        if self._mapped is not None:
+            header = bytes(self._mapped[at : at + _LOCAL_HEADER.size])
+        else:
+            self._file.seek(at)
+            header = self._file.read(_LOCAL_HEADER.size)
+        if len(header) != _LOCAL_HEADER.size:
+            raise TorchReadError(f"record {info.filename} cut short")
+        fields = _LOCAL_HEADER.unpack(header)
+        if fields[0] != _LOCAL_MAGIC:
+            raise TorchReadError(f"bad local header of {info.filename}")
+        return at + _LOCAL_HEADER.size + fields[9] + fields[10]
+
+
+def _map(fd: int, start: int, length: int) -> Any:
+    """``length`` bytes at ``start`` of the file, memory-mapped read-only (empty: no map)."""
+    if length <= 0:
+        return np.zeros(0, dtype=np.uint8)
+    size = os.fstat(fd).st_size
+    if start + length > size:
+        raise TorchReadError(f"bytes {start}..{start + length} lie past the end of the file")
+    page = start - start % 4096
+    with open(fd, "rb", closefd=False) as f:
+        whole = np.memmap(f, dtype=np.uint8, mode="r", offset=page, shape=(start + length - page,))
+    return whole[start - page :]
