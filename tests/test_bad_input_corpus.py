@@ -114,6 +114,14 @@ class Case:
 # --- builders: raw safetensors files --------------------------------------------------------
 
 
+GIT_LFS_POINTER_FILE = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    b"size 12345\n"
+)
+"""A Git LFS pointer as https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md writes it."""
+
+
 def _raw(header: bytes, data: bytes = b"", length: int | None = None) -> Build:
     """One file ``model.safetensors`` made of a length prefix, header bytes and data."""
 
@@ -398,6 +406,12 @@ CASES = [
     Case("st-length-zero", _raw(b"{}", length=0), 2, r"header length is 0$"),
     Case("st-length-2^62", _raw(b"{}", length=2**62), 2, rf"header length {2**62} exceeds"),
     Case("st-length-2^64-1", _raw(b"", length=2**64 - 1), 2, r"exceeds the 100000000-byte"),
+    Case(  # a checkout without git-lfs: the pointer file (its spec's format) in place of a shard
+        "st-git-lfs-pointer",
+        _fixture("mimo", _write("model.safetensors", GIT_LFS_POINTER_FILE)),
+        2,
+        r"a Git LFS pointer, not the file's content \(fetch it: git lfs pull\)$",
+    ),
     Case("st-shorter-than-prefix", _bytes(b"\x05\x00\x00"), 2, r"file is 3 bytes, too short"),
     Case("st-empty-file", _bytes(b""), 2, r"file is 0 bytes, too short"),
     Case("st-header-cut-off", _raw(b'{"a": {"dtype"', length=64), 2, r"header length 64 runs"),

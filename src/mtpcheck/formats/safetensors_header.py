@@ -67,6 +67,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+GIT_LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+"""How a Git LFS pointer file starts: what a checkout without ``git lfs`` leaves in place of a
+shard (its first 8 bytes read as a header length far past the limit)."""
+
+
 def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) -> ShardHeader:
     """Validate a header given its raw bytes; pure, so it can be fuzzed directly."""
     if len(prefix) < 8:
@@ -74,6 +79,10 @@ def parse_header_bytes(path: str, prefix: bytes, header: bytes, file_size: int) 
     (n,) = struct.unpack("<Q", prefix[:8])
     if n == 0:
         raise HeaderError(path, "header length is 0")
+    if prefix[:8] == GIT_LFS_POINTER[:8]:
+        raise HeaderError(
+            path, "a Git LFS pointer, not the file's content (fetch it: git lfs pull)"
+        )
     if n > MAX_HEADER_BYTES:
         raise HeaderError(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
     if 8 + n > file_size or len(header) < n:
