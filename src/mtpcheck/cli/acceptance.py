@@ -12,6 +12,7 @@ import click
 
 from mtpcheck.accept.server_engines import ENGINES
 from mtpcheck.cli.app import check_output_path, cli, execute, make_options, output_options
+from mtpcheck.extras import require
 from mtpcheck.model import Report
 
 if TYPE_CHECKING:
@@ -299,6 +300,9 @@ def accept(
         raise click.UsageError(f"--{given[0].replace('_', '-')} needs --server")
     if ckpt is None:
         raise click.UsageError("Missing argument 'CKPT' (only --server runs without one).")
+    require("accept", "accept on a checkpoint")
+    if plot is not None:
+        require("plot", "accept --plot")
     from mtpcheck.accept.vllm_engine import VllmSettings, parse_vllm_arg
 
     try:
@@ -451,6 +455,7 @@ def _server_report(options: AcceptOptions, log: Callable[[str], None]) -> Report
     """Check the inputs (CKPT opens whole, workloads read), then measure on the server."""
     assert options.server is not None
     if options.checkpoint is not None:
+        require("accept", "accept --server with CKPT (its offline expectation)")
         from mtpcheck.accept.preflight import preflight
         from mtpcheck.pipeline.whole_source import require_whole_main_model
 

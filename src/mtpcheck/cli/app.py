@@ -18,6 +18,7 @@ from mtpcheck import __version__
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
+from mtpcheck.extras import for_missing_module
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report
 
@@ -147,6 +148,8 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     except KeyboardInterrupt:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
+    except ModuleNotFoundError as e:
+        return _missing_module(e, command, opts.debug)
     except Exception as e:  # a bug: say so, keep the traceback behind --debug
         if opts.debug:
             traceback.print_exc()
@@ -201,7 +204,19 @@ def _error_line(e: MtpcheckError) -> int:
     return ExitCode.BAD_INPUT
 
 
-def run_action(action: Callable[[], None], debug: bool) -> int:
+def _missing_module(e: ModuleNotFoundError, command: str, debug: bool) -> int:
+    """An import that failed: the extra to install where one brings the module (exit 2),
+    otherwise a bug of ours (exit 3)."""
+    if debug:
+        traceback.print_exc()
+    missing = for_missing_module(e.name or "", command)
+    if missing is not None:
+        return _error_line(missing)
+    click.echo(f"mtpcheck: internal error: {type(e).__name__}: {e}", err=True)
+    return ExitCode.INTERNAL
+
+
+def run_action(action: Callable[[], None], debug: bool, command: str) -> int:
     """Exit-code mapping for commands that write instead of report."""
     try:
         action()
@@ -212,6 +227,8 @@ def run_action(action: Callable[[], None], debug: bool) -> int:
     except KeyboardInterrupt:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
+    except ModuleNotFoundError as e:
+        return _missing_module(e, command, debug)
     except Exception as e:
         if debug:
             traceback.print_exc()
@@ -232,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("mtpcheck: interrupted", err=True)
         return ExitCode.INTERRUPTED
+    except MtpcheckError as e:  # raised while the options are checked (a missing extra)
+        return _error_line(e)
+    except ModuleNotFoundError as e:  # an import that no command's own check foresaw
+        return _missing_module(e, next((a for a in args if not a.startswith("-")), ""), False)
     except click.ClickException as e:
         # one line, as every other error; `--help` shows the usage
         click.echo(f"mtpcheck: error: {e.format_message()}", err=True)

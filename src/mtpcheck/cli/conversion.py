@@ -19,6 +19,7 @@ from mtpcheck.cli.app import (
 )
 from mtpcheck.cli.audit import across_ranks, exit_rank, under_torchrun
 from mtpcheck.cli.stderr_log import StderrLog
+from mtpcheck.extras import require
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report, total_nbytes
 from mtpcheck.units import human_size
@@ -79,6 +80,8 @@ def roundtrip(
     quiet: bool,
 ) -> None:
     """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
+    # the main model's check reads Megatron names through megatron-core's config, with torch
+    require("convert", "roundtrip")
     from mtpcheck.pipeline.converter_command import validate_template
 
     for option, template in (("--to-megatron", to_megatron), ("--to-hf", to_hf)):
@@ -139,6 +142,8 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
     first failing finding named). Nothing is left at DST when the conversion fails or stops.
     """
 
+    require("convert", "convert hf-to-megatron")
+
     def action() -> None:
         from mtpcheck.pipeline.gated_convert import hf_to_megatron as run
 
@@ -151,7 +156,7 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
             f"{time.monotonic() - started:.1f} s"
         )
 
-    raise SystemExit(run_action(action, debug))
+    raise SystemExit(run_action(action, debug, "convert"))
 
 
 @convert.command("megatron-to-hf")
@@ -179,6 +184,8 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
     the conversion fails or stops.
     """
 
+    require("convert", "convert megatron-to-hf")
+
     def action() -> None:
         from mtpcheck.formats.config_json import read_config
         from mtpcheck.pipeline.gated_convert import megatron_to_hf as run
@@ -193,4 +200,4 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
             f"{time.monotonic() - started:.1f} s"
         )
 
-    raise SystemExit(run_action(action, debug))
+    raise SystemExit(run_action(action, debug, "convert"))
