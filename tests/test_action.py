@@ -206,8 +206,6 @@ def test_the_roundtrip_install_brings_what_it_converts_with() -> None:
     m = re.search(r'"\$GITHUB_ACTION_PATH\[([\w,-]+)\]"', install["run"])
     assert m is not None
     assert {"torch", "transformers", "megatron-core"} <= _requirements(m.group(1))
-    if "torch" in _requirements(""):
-        pytest.skip("the core still depends on torch: the packaging split has not landed")
     assert not {"torch", "transformers", "megatron-core", "matplotlib"} & _requirements("")
 
 
