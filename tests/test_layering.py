@@ -3,8 +3,8 @@
 cli -> pipeline -> (checks, convert) -> mapping -> (families, formats); families -> params
 (logical parameters); mapping, checks, pipeline and cli -> layouts (whose modules saved a
 Megatron checkpoint); all -> model, errors, dtypes, chunks;
-cli -> accept -> (families, formats); report sees only the model. Heavy third-party imports
-are confined to the layers listed.
+cli -> accept -> (families, formats); accept and convert -> torch_threads (torch's CPU threads);
+report sees only the model. Heavy third-party imports are confined to the layers listed.
 """
 
 from __future__ import annotations
@@ -25,13 +25,25 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
     "layouts": set(),
+    "torch_threads": {"errors"},
+    "extras": {"errors"},
     "ticker": {"units"},
     "formats": {"model", "errors", "dtypes", "chunks", "units"},
     "params": {"model", "dtypes"},
     "families": {"model", "errors", "dtypes", "params"},
     "mapping": {"layouts", "model", "errors", "dtypes", "chunks", "families", "params"},
     "checks": {"layouts", "model", "errors", "dtypes", "chunks", "families", "mapping", "params"},
-    "convert": {"model", "errors", "dtypes", "families", "mapping", "formats", "ticker", "params"},
+    "convert": {
+        "model",
+        "errors",
+        "dtypes",
+        "families",
+        "mapping",
+        "formats",
+        "ticker",
+        "params",
+        "torch_threads",
+    },
     "pipeline": {
         "layouts",
         "model",
@@ -46,7 +58,16 @@ ALLOWED: dict[str, set[str]] = {
         "params",
     },
     "report": {"model", "errors", "units", "__init__"},
-    "accept": {"model", "errors", "dtypes", "families", "formats", "ticker", "params"},
+    "accept": {
+        "model",
+        "errors",
+        "dtypes",
+        "families",
+        "formats",
+        "ticker",
+        "params",
+        "torch_threads",
+    },
     "cli": {
         "layouts",
         "model",
@@ -59,6 +80,7 @@ ALLOWED: dict[str, set[str]] = {
         "accept",
         "units",
         "ticker",
+        "extras",
         "__init__",
     },
     "__main__": {"cli"},
@@ -77,6 +99,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "convert": {"numpy", "torch", "megatron", "transformers", "safetensors"},
     "pipeline": {"torch"},  # torch.distributed, only under torchrun (pipeline/distributed.py)
     "accept": {"torch", "transformers", "numpy", "matplotlib"},
+    "torch_threads": {"torch"},  # sets torch's CPU threads, for accept and convert
 }
 STDLIB_ONLY_OR_LISTED = {
     "click",

@@ -24,6 +24,7 @@ from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
 from mtpcheck.model import (
     Checkpoint,
 )
+from mtpcheck.torch_threads import configure_torch_threads
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -132,6 +133,7 @@ def load_drafter(
             "(--online with vLLM's draft rule, the default, reuses them for deeper drafts, as "
             "vLLM does)",
         )
+    configure_torch_threads()  # before the model runs: see mtpcheck.torch_threads
     directory = model_directory(ckpt)
     torch_dtype = resolve_dtype(dtype, device, ckpt.config)
     offload = tempfile.TemporaryDirectory(prefix="mtpcheck-offload-") if device_map else None

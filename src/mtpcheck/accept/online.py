@@ -37,6 +37,7 @@ from mtpcheck.accept.scoring import score_depths
 from mtpcheck.accept.workloads import Workload
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.model import OnlineAcceptance
+from mtpcheck.torch_threads import configure_torch_threads
 
 
 def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
@@ -176,6 +177,7 @@ def measure_online(
             f"workload {workload.name}: no sequence has the {options.prompt_tokens} prompt "
             "tokens --online starts from"
         )
+    configure_torch_threads()  # decoding runs thousands of small ops: see mtpcheck.torch_threads
     temperature = options.temperature
     passes: list[tuple[int, int, int]]  # (sequence, slot, drafts counted as accepted)
     if options.online_engine == "transformers":

@@ -18,6 +18,7 @@ from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
 from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader
 from mtpcheck.ticker import Ticker
+from mtpcheck.torch_threads import configure_torch_threads
 
 OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
 """What to do instead, said by ``roundtrip`` (whose options those are)."""
@@ -348,6 +349,7 @@ def hf_to_megatron(
     # megatron-core takes seconds to import: only once the input is known to be convertible
     from mtpcheck.convert.torch_dist_writer import write_torch_dist
 
+    configure_torch_threads()  # torch is imported now: see mtpcheck.torch_threads
     total = sum(m.nbytes for m in view.tensors.values())
     ticker = Ticker("writing Megatron", total, log) if log is not None else None
     ranges = FileRanges()

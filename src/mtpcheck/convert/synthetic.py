@@ -17,6 +17,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.families.layout import declared_count
 from mtpcheck.formats.config_json import read_config
+from mtpcheck.torch_threads import configure_torch_threads
 
 TINY_DIMS: dict[str, int] = {
     "hidden_size": 16,
@@ -83,6 +84,7 @@ def build_synthetic(source: Path, dst: Path, seed: int = 0) -> Path:
         what = family.display if family else f"model_type {config.get('model_type')!r}"
         raise InputError(config_path, f"--synthetic does not support {what} yet")
     count = declared_count(config, family, str(config_path)).value
+    configure_torch_threads()  # transformers builds the model next: see mtpcheck.torch_threads
     tensors, built = _main_model(tiny_config(config), config, seed)
     tensors.update(_mtp_tensors(tensors, built, family, count or 0, seed))
     return _write(dst, tensors, config, built, family)

@@ -44,6 +44,7 @@ from mtpcheck.convert.file_ranges import buffer_address
 from mtpcheck.convert.megatron_config import torch_dist_layout
 from mtpcheck.convert.megatron_import import enter_megatron_core
 from mtpcheck.formats.torch_dist_keys import Placement, to_sharded_key
+from mtpcheck.torch_threads import configure_torch_threads
 
 enter_megatron_core()  # the writer's modules only, not all of megatron-core (2 s less)
 
@@ -397,6 +398,7 @@ def write_torch_dist(
     (memory it says maps a file) are copied from that file inside the kernel
     (:class:`_KernelCopyStream`): the same bytes, written without passing through memory.
     """
+    configure_torch_threads()  # torch copies the tensors it saves: see mtpcheck.torch_threads
     root = Path(dst_root)
     ckpt_dir = root / iteration_dir_name(iteration)
     if ckpt_dir.exists() and any(ckpt_dir.iterdir()):
