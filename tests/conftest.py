@@ -85,6 +85,38 @@ def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
         f.write(bytes([byte ^ (1 << bit)]))
 
 
+# --- the quick loop: `-m "not slow and not heavy"` -------------------------------------------
+
+HEAVY_MODULES = frozenset(
+    {
+        # torchrun ranks: several interpreters importing torch and megatron-core each
+        "test_distributed_diff",
+        "test_distributed_roundtrip",
+        # real megatron-core models built, saved or loaded on CPU
+        "test_megatron_readers",
+        "test_glm5_convert",
+        "test_qwen3_next_convert",
+        "test_torch_dist_writer",
+        # whole round trips, trained drafters decoded, fresh interpreters with torch
+        "test_roundtrip",
+        "test_accept_engine_rule",
+        "test_accept_qwen3_next",
+        "test_accept_device_map",
+        "test_damage_campaign",
+        "test_torch_threads",
+    }
+)
+"""Modules of the default tier left out of the developer's quick loop: together about half of
+its time (docs/development.md). README's command and CI run them."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    heavy = pytest.mark.heavy
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in HEAVY_MODULES:
+            item.add_marker(heavy)
+
+
 # --- third-party round trips: started once collection shows a test needs them ----------------
 
 THIRDPARTY_FIXTURE = "thirdparty_runs"
