@@ -193,7 +193,7 @@ def tensor_chunks(elements: Any, chunk_bytes: int) -> Iterator[bytes]:
     import numpy as np
 
     flat = np.ascontiguousarray(elements).reshape(-1).view(np.uint8)
-    view = memoryview(flat)
+    view = flat.data  # a memoryview of the array's bytes
     step = max(1, chunk_bytes)
     for start in range(0, len(view), step):
         yield bytes(view[start : start + step])

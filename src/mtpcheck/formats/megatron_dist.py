@@ -426,7 +426,8 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
     from mtpcheck.formats.torch_pickle import element_type
 
     width = element_size(plan.dtype)
-    out = written = None
+    out: Any = None
+    written: Any = None
     for piece in plan.pieces:
         path = directory / piece.file
         chunk = _chunk_elements(path, piece, plan)

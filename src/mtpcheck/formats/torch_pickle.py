@@ -191,7 +191,7 @@ _MEMORY_FORMATS = frozenset(
     {"contiguous_format", "channels_last", "channels_last_3d", "preserve_format"}
 )
 
-_FUNCTIONS: dict[tuple[str, str], Callable[..., Any] | type] = {
+_FUNCTIONS: dict[tuple[str, str], Callable[..., Any] | type | StorageType] = {
     ("torch._utils", "_rebuild_tensor_v2"): rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _parameter,
