@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 import torch
 
+from mtpcheck.dtypes import safetensors_code
 from mtpcheck.errors import InputError
 from mtpcheck.formats import READERS, open_checkpoint
-from mtpcheck.formats.megatron_common import canonical_name, safetensors_dtype
+from mtpcheck.formats.megatron_common import canonical_name
 from mtpcheck.formats.megatron_dist import MegatronDistReader
 from mtpcheck.formats.megatron_legacy import MegatronLegacyReader
 from mtpcheck.formats.safe_pickle import Placeholder, load_raw_pickle, load_torch_file
@@ -101,7 +102,7 @@ def _assert_matches(ckpt: Checkpoint, reference: dict[str, torch.Tensor]) -> Non
     assert sorted(ckpt.tensors) == sorted(reference)
     for name, tensor in reference.items():
         meta = ckpt.tensors[name]
-        assert (meta.shape, meta.dtype) == (tuple(tensor.shape), safetensors_dtype(tensor.dtype))
+        assert (meta.shape, meta.dtype) == (tuple(tensor.shape), safetensors_code(tensor.dtype))
         assert meta.nbytes == tensor.numel() * tensor.element_size() and meta.readable
         assert _read(ckpt, name, chunk_bytes=40) == _raw(tensor), name
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtpcheck.formats.megatron_common import safetensors_dtype
+from mtpcheck.dtypes import safetensors_code
 from mtpcheck.formats.torch_save_record import locate_tensor
 
 
@@ -54,7 +54,7 @@ def test_located_bytes_are_the_tensors_bytes(tmp_path: Path, tensor: torch.Tenso
     start, length = _save(tensor, path, prefix=b"x" * 1261)
     raw = _locate(path, start, length)
     assert raw is not None
-    assert raw.dtype == safetensors_dtype(tensor.dtype)
+    assert raw.dtype == safetensors_code(tensor.dtype)
     assert raw.shape == tuple(tensor.shape)
     with open(path, "rb") as f:
         f.seek(raw.offset)

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.dtypes import safetensors_code
 from mtpcheck.errors import InputError
 from mtpcheck.formats.torch_dist_keys import canonical_name as canonical_name  # re-exported
 
@@ -172,15 +171,6 @@ def count_decoder_layers(names: Iterable[str]) -> int:
 
 
 # --- dtypes and bytes -----------------------------------------------------------------------
-
-safetensors_dtype = safetensors_code
-"""Safetensors dtype code of a torch dtype (:func:`mtpcheck.dtypes.safetensors_code`)."""
-
-
-def element_size(dtype: Any) -> int:
-    """Bytes per element of a dtype as a checkpoint's pickle names it
-    (:class:`~mtpcheck.formats.torch_pickle.TorchDType`)."""
-    return int(dtype.itemsize)
 
 
 def tensor_chunks(elements: Any, chunk_bytes: int) -> Iterator[bytes]:

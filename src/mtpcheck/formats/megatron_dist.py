@@ -56,7 +56,6 @@ from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     TRACKER_FILE,
     count_decoder_layers,
-    element_size,
     is_model_key,
     iteration_dirs,
     no_iteration_error,
@@ -255,7 +254,7 @@ def _build_plans(
             if where is None:
                 raise InputError(metadata_file, f"no storage entry for chunk {offsets} of {key}")
             length = getattr(where, "length", None)
-            if isinstance(length, int) and math.prod(sizes) * element_size(dtype) > length:
+            if isinstance(length, int) and math.prod(sizes) * dtype.itemsize > length:
                 raise InputError(  # a torch.save blob holds at least the raw element bytes
                     metadata_file,
                     f"chunk {list(offsets)} of {key} has {math.prod(sizes)} elements, "
@@ -400,7 +399,7 @@ def _tensor_metas(
             shape=tuple(shape),
             file=str(directory / plan.pieces[0].file),
             offset=0,
-            nbytes=math.prod(shape) * element_size(plan.dtype),
+            nbytes=math.prod(shape) * plan.dtype.itemsize,
             readable=not past and _covered(plan) == math.prod(plan.shape),
         )
     issues = [
@@ -425,7 +424,7 @@ def _assemble(directory: Path, plan: _Plan) -> Any:
 
     from mtpcheck.formats.torch_pickle import element_type
 
-    width = element_size(plan.dtype)
+    width = plan.dtype.itemsize
     out: Any = None
     written: Any = None
     for piece in plan.pieces:
@@ -474,7 +473,7 @@ def _row_band_spans(directory: Path, plan: _Plan) -> list[ByteSpan] | None:
     from mtpcheck.formats.torch_save_record import locate_tensor
 
     dtype = plan.dtype.code
-    width = element_size(plan.dtype)
+    width = plan.dtype.itemsize
     row_bytes = math.prod(plan.shape[1:]) * width
     bands: list[tuple[int, ByteSpan]] = []
     descriptors: dict[str, int] = {}
@@ -530,19 +529,3 @@ def _region(piece: _Piece) -> tuple[slice, ...]:
         slice(start, start + size)
         for start, size in zip(starts, piece.chunk_sizes[n:], strict=True)
     )
-
-
-def _read_range(path: Path, offset: int, length: int) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    try:
-        blob = os.pread(fd, length, offset)
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    finally:
-        os.close(fd)
-    if len(blob) != length:
-        raise InputError(path, f"file ended inside the chunk at bytes {offset}..{offset + length}")
-    return blob

@@ -225,9 +225,7 @@ class _TrustingUnpickler(pickle.Unpickler):
     and torch's own globals stand-ins (no torch import)."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if _is_placeholder_module(module):
-            return placeholder_for(f"{module}.{name}")
-        obj = _metadata_global(module, name)
+        obj = _metadata_global(module, name)  # megatron placeholders and torch stand-ins first
         return obj if obj is not None else super().find_class(module, name)
 
 

@@ -16,6 +16,7 @@ the caller refuses it. Nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,12 +30,18 @@ class TorchReadError(ValueError):
 
 @dataclass(frozen=True)
 class TorchDType:
-    """A ``torch.<name>`` dtype, known to :mod:`mtpcheck.dtypes`."""
+    """A ``torch.<name>`` dtype of a whole-byte width, known to :mod:`mtpcheck.dtypes`."""
 
     name: str
-    code: str
-    """safetensors dtype code."""
-    itemsize: int
+
+    @property
+    def code(self) -> str:
+        """safetensors dtype code."""
+        return BY_TORCH[self.name].code
+
+    @property
+    def itemsize(self) -> int:
+        return BY_TORCH[self.name].itemsize or 0
 
     def __str__(self) -> str:
         return f"torch.{self.name}"
@@ -53,7 +60,7 @@ class TorchName:
 class StorageBytes(Protocol):
     """Where a file's storages lie: their bytes as a flat uint8 array, by storage key."""
 
-    def storage(self, key: str, nbytes: int) -> Any: ...
+    def storage(self, key: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,7 @@ class StoredTensor:
 
     @property
     def numel(self) -> int:
-        count = 1
-        for size in self.shape:
-            count *= size
-        return count
+        return math.prod(self.shape)
 
     def is_c_contiguous(self) -> bool:
         expected = 1
@@ -217,7 +221,7 @@ def torch_global(module: str, name: str) -> Any | None:
         return StorageType(BY_STORAGE[name])
     dtype = BY_TORCH.get(name)
     if dtype is not None and dtype.itemsize:
-        return TorchDType(name, dtype.code, dtype.itemsize)
+        return TorchDType(name)
     if name in _LAYOUTS or name in _MEMORY_FORMATS:
         return TorchName(name)
     return None
@@ -252,8 +256,7 @@ def elements_of(tensor: StoredTensor) -> Any:
     storage = tensor.storage
     if storage.source is None:
         raise TorchReadError("tensor without its file")
-    width = storage.dtype.itemsize if storage.dtype else 1
-    flat = storage.source.storage(storage.key, storage.numel * (width or 0))
+    flat = storage.source.storage(storage.key)  # its size checked when the file was loaded
     items = flat.view(element_type(tensor.itemsize))
     view = np.lib.stride_tricks.as_strided(
         items[tensor.storage_offset :],

@@ -187,10 +187,11 @@ class Archive:
         """Bytes of storage ``key``'s record."""
         return self._record(key).file_size
 
-    def storage(self, key: str, nbytes: int) -> Any:
+    def storage(self, key: str) -> Any:
+        """Storage ``key``'s bytes, a flat uint8 array (its size is held to the pickle's by
+        :meth:`check` while loading)."""
         info = self._record(key)
-        if info.file_size != nbytes:
-            raise TorchReadError(f"storage {key} holds {info.file_size} bytes, not {nbytes}")
+        nbytes = info.file_size
         if info.compress_type == zipfile.ZIP_STORED:
             start = self._data_start(info)
             mapped = self._bytes()
@@ -231,13 +232,9 @@ class Archive:
 
 
 def _map(fd: int, start: int, length: int) -> Any:
-    """``length`` bytes at ``start`` of the file, memory-mapped read-only (empty: no map)."""
+    """``length`` bytes at ``start`` of the file (within it: :class:`Archive` checks),
+    memory-mapped read-only; numpy aligns the map to a page itself (empty: no map)."""
     if length <= 0:
         return np.zeros(0, dtype=np.uint8)
-    size = os.fstat(fd).st_size
-    if start + length > size:
-        raise TorchReadError(f"bytes {start}..{start + length} lie past the end of the file")
-    page = start - start % 4096
     with open(fd, "rb", closefd=False) as f:
-        whole = np.memmap(f, dtype=np.uint8, mode="r", offset=page, shape=(start + length - page,))
-    return whole[start - page :]
+        return np.memmap(f, dtype=np.uint8, mode="r", offset=start, shape=(length,))
