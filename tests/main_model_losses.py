@@ -36,11 +36,11 @@ def main_tensors(ckpt: Any, analysis: MtpAnalysis) -> tuple[list[str], list[str]
     """(the embedding, final norm and head present, every main layer's tensor) of ``ckpt``."""
     family = analysis.family
     assert family is not None
-    top = [n for n in (*family.main_shared, family.main_norm) if n in ckpt.tensors]
+    top = [n for n in (*family.layout.main_shared, family.layout.main_norm) if n in ckpt.tensors]
     layers = sorted(
         n
         for n in ckpt.tensors
-        if n not in analysis.mtp_names and layer_of(n, family.main_layer_prefix) != n
+        if n not in analysis.mtp_names and layer_of(n, family.layout.main_layer_prefix) != n
     )
     return top, layers
 
@@ -55,6 +55,6 @@ def loss_is_named(ckpt: Any, analysis: MtpAnalysis, lost: str) -> bool:
         Without(ckpt, tensors), analyse(ckpt.config, tensors, ckpt.config_path)
     )
     text = " ".join(f"{f.subject}: {f.message}" for f in check.findings)
-    layer = layer_of(lost, family.main_layer_prefix)
+    layer = layer_of(lost, family.layout.main_layer_prefix)
     named = lost in text or f"{layer}:" in text or f"{layer} (" in text
     return check.status.value == "fail" and named

@@ -31,9 +31,9 @@ def _decode(drafter: Drafter, prompts: list[list[int]], k: int):
         prompts,
         40,
         k,
-        family.engine_first_state,
-        family.engine_zeroes_position0,
-        bool(family.copies),
+        family.serving.first_state,
+        family.serving.zeroes_position0,
+        bool(family.layout.copies),
     )
 
 
@@ -126,7 +126,7 @@ def test_sampled_engine_rule_accepts_argmax_drafts_with_p_of_the_draft(deepseek)
     prompts = [r["prompt"] for r in _vllm("deepseek_v3_k1")["requests"]][:8]
     family = FAMILY_BY_NAME[deepseek.family]
     decoded = engine_decode(
-        deepseek, prompts, 24, 1, family.engine_first_state, family.engine_zeroes_position0,
+        deepseek, prompts, 24, 1, family.serving.first_state, family.serving.zeroes_position0,
         True, temperature=0.8, seed=3,
     )  # fmt: skip
     scored = score_depths(deepseek, decoded.sequences, 0.8, argmax_drafts=True)

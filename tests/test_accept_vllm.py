@@ -237,7 +237,7 @@ def test_step_slots_follow_the_engine_rule(tmp_path: Path) -> None:
     family = FAMILY_BY_NAME[drafter.family]
     prompts = [[0, 5, 9, 17, 3, 8, 21], [0, 11, 4]]
     decoded = engine_decode(
-        drafter, prompts, 12, 2, family.engine_first_state, family.engine_zeroes_position0, True
+        drafter, prompts, 12, 2, family.serving.first_state, family.serving.zeroes_position0, True
     )
     for index, prompt in enumerate(prompts):
         drafts = [d for d in decoded.drafts if d.sequence == index]

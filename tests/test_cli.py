@@ -419,3 +419,44 @@ def test_the_version_has_one_place(run_cli) -> None:
     assert run.exit_code == 0, run
     assert run.stdout == f"mtpcheck, version {mtpcheck.__version__}\n"
     assert importlib.metadata.version("mtpcheck") == mtpcheck.__version__
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (KeyboardInterrupt(), 130, "mtpcheck: interrupted"),
+        ("abort", 130, "mtpcheck: interrupted"),
+        ("usage", 2, "mtpcheck: error: no such option"),
+        ("path", 2, "mtpcheck: error: ckpt: unreadable"),
+        ("damaged", 1, "mtpcheck: refused: ckpt: shard missing"),
+        (ModuleNotFoundError("No module named 'nosuch'", name="nosuch"), 3,
+         "mtpcheck: internal error: ModuleNotFoundError: No module named 'nosuch'"),
+        (RuntimeError("boom"), 3,
+         "mtpcheck: internal error: RuntimeError: boom (rerun with --debug for a traceback)"),
+    ],
+)  # fmt: skip
+def test_one_mapping_from_exceptions_to_exit_codes(
+    error: BaseException | str, code: int, line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import click
+
+    from mtpcheck.cli.app import exit_code
+    from mtpcheck.errors import DamagedInput, InputError
+
+    made = {
+        "abort": click.exceptions.Abort(),
+        "usage": click.UsageError("no such option"),
+        "path": InputError("ckpt", "unreadable"),
+        "damaged": DamagedInput("ckpt", "shard missing"),
+    }
+    raised = made[error] if isinstance(error, str) else error
+    assert exit_code(raised, "inspect", hint=True) == code
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_missing_extra_is_named_by_the_mapping(capsys: pytest.CaptureFixture[str]) -> None:
+    from mtpcheck.cli.app import exit_code
+
+    error = ModuleNotFoundError("No module named 'torch'", name="torch")
+    assert exit_code(error, "roundtrip") == 2
+    assert "mtpcheck[convert]" in capsys.readouterr().err

@@ -57,26 +57,26 @@ def _assert_row(f: MtpFamily, cells: list[str]) -> None:
     assert key == f"`{f.key}`"
     assert f.display in checkpoints
     assert _backticked(checkpoints) == list(f.model_types)
-    assert _backticked(count) == list(f.count_keys)
-    assert count.endswith("(undeclared)" if f.default_count is None else f"({f.default_count})")
-    if f.specific:
-        assert f.layer_prefix in _backticked(where)
+    assert _backticked(count) == list(f.count.keys)
+    assert count.endswith("(undeclared)" if f.count.default is None else f"({f.count.default})")
+    if f.layout.specific:
+        assert f.layout.layer_prefix in _backticked(where)
     # each MTP-only tensor shown, in order, relative to the layer
-    for name, template in zip(_backticked(specific), f.specific, strict=True):
+    for name, template in zip(_backticked(specific), f.layout.specific, strict=True):
         assert template.removesuffix(".weight").endswith(name), (name, template)
-    if f.copies and f.copy_policy.value != "none":
-        assert copies.endswith(f"({f.copy_policy.value})")
-        for name, copy in zip(_backticked(copies), f.copies, strict=True):
+    if f.layout.copies and f.layout.copy_policy.value != "none":
+        assert copies.endswith(f"({f.layout.copy_policy.value})")
+        for name, copy in zip(_backticked(copies), f.layout.copies, strict=True):
             assert copy.template.removesuffix(".weight").endswith(name)
     else:
         assert copies == "none"
-    assert concat == f.concat_order.value
-    assert writer.startswith("yes") == (f.writer is not None)
-    if f.writer is not None:
-        assert writer.endswith(f"{f.writer.spec} spec")
-    assert mapped == ("yes" if f.megatron_wrapper is not None else "no")
-    assert accept.startswith("yes") == f.accept.measurable
-    assert f.accept.why_not in accept
+    assert concat == f.layout.concat_order.value
+    assert writer.startswith("yes") == (f.support.writer is not None)
+    if f.support.writer is not None:
+        assert writer.endswith(f"{f.support.writer.spec} spec")
+    assert mapped == ("yes" if f.megatron is not None else "no")
+    assert accept.startswith("yes") == f.support.accept.measurable
+    assert f.support.accept.why_not in accept
     assert notes == f.notes
 
 
@@ -106,7 +106,7 @@ def test_the_verified_against_table_lists_exactly_the_mapped_families() -> None:
     section = page.split("## Megatron mapping verified against", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `(\w+)` \|", section, re.M)
     assert listed == sorted(listed, key=[f.key for f in FAMILIES].index)  # registry order
-    assert set(listed) == {f.key for f in FAMILIES if f.megatron_wrapper is not None}
+    assert set(listed) == {f.key for f in FAMILIES if f.megatron is not None}
 
 
 # --- links -------------------------------------------------------------------------------------

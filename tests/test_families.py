@@ -178,9 +178,9 @@ def test_registry_is_consistent() -> None:
     assert len(model_types) == len(set(model_types)) == len(FAMILY_BY_MODEL_TYPE)
     for f in FAMILIES:
         if f.drafter is Drafter.INSIDE:  # a family without MTP layers has no projection
-            assert f.projection in f.specific, f.key
-        assert re.search(r"\{[ind]\}", f.layer_prefix), f.key
-        assert f.count_keys, f.key
+            assert f.layout.projection in f.layout.specific, f.key
+        assert re.search(r"\{[ind]\}", f.layout.layer_prefix), f.key
+        assert f.count.keys, f.key
     required = {
         "deepseek_v3",
         "deepseek_v32",
@@ -204,13 +204,16 @@ def test_capability_records_are_consistent() -> None:
     layouts = megatron_config.layouts()
     assert set(layouts) == set(megatron_config.LAYOUT_KWARGS)
     for f in FAMILIES:
-        if f.writer is not None:  # a writable family is mappable, and its layout is known
-            assert f.megatron_wrapper is not None, f.key
-            assert layouts[f.writer.layout] is FAMILY_BY_MODEL_TYPE[f.writer.layout].writer
-            assert f.writer.spec in ("local", "te"), f.key
-        if f.accept.measurable:
-            assert (f.head_parts or f.megatron_wrapper) and not f.accept.why_not, f.key
-    writable = {f.key: f.writer.layout for f in FAMILIES if f.writer is not None}
+        writer = f.support.writer
+        if writer is not None:  # a writable family is mappable, and its layout is known
+            assert f.megatron is not None, f.key
+            assert layouts[writer.layout] is FAMILY_BY_MODEL_TYPE[writer.layout].support.writer
+            assert writer.spec in ("local", "te"), f.key
+        if f.megatron is not None:  # the mapping maps the MTP head's own tensors
+            assert f.layout.head_parts is not None, f.key
+        if f.support.accept.measurable:
+            assert f.layout.head_parts and not f.support.accept.why_not, f.key
+    writable = {f.key: w.layout for f in FAMILIES if (w := f.support.writer) is not None}
     assert writable == {
         "deepseek_v3": "deepseek_v3",
         "kimi_k2": "deepseek_v3",
@@ -220,7 +223,7 @@ def test_capability_records_are_consistent() -> None:
         "mimo": "mimo",
         "qwen3_5_text": "qwen3_next",  # the same megatron-core layout (Megatron-Bridge 0.6)
     }
-    measurable = [f.key for f in FAMILIES if f.accept.measurable]
+    measurable = [f.key for f in FAMILIES if f.support.accept.measurable]
     assert measurable == [
         "deepseek_v3",
         "glm4_moe",
@@ -229,5 +232,25 @@ def test_capability_records_are_consistent() -> None:
         "qwen3_5_text",
         "step3p7",
     ]
-    from_command_line = [f.key for f in FAMILIES if f.count_from_command_line]
+    from_command_line = [f.key for f in FAMILIES if f.count.from_command_line]
     assert from_command_line == ["megatron", "megatron_hybrid"]
+
+
+def test_serving_facts_sit_on_the_family_records() -> None:
+    """What engines do is part of each family's record, so no check can name a family that
+    does not exist."""
+    with_defaults = [f.key for f in FAMILIES if f.serving.defaults]
+    assert with_defaults == ["deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"]
+    assert [f.key for f in FAMILIES if f.serving.limits] == ["nemotron_h"]
+    with_copies = [f.key for f in FAMILIES if f.serving.stored_copies]
+    assert with_copies == ["deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe"]
+    assert [f.key for f in FAMILIES if f.support.build_as] == ["mimo"]
+
+
+def test_family_record_is_composed_of_parts() -> None:
+    """A record is a handful of fields, each part answering one question."""
+    from dataclasses import fields
+
+    from mtpcheck.families.interface import MtpFamily
+
+    assert len(fields(MtpFamily)) <= 12

@@ -16,29 +16,20 @@ from typing import Any
 
 import pytest
 
+from mtpcheck.families import MtpFamily
+from mtpcheck.families.catalog_2026 import FAMILIES_2026 as REGISTERED_2026
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, flip_bit
 
-FAMILIES_2026 = (
-    "qwen3_5_moe",
-    "qwen3_5_text",
-    "exaone_moe",
-    "exaone4_5",
-    "qwen4_exp_text",
-    "deepseek_v4",
-    "kimi_k3",
-    "glm5_next",
-    "pangu_ultra_moe",
-    "hy_v3",
-    "hy_v4",
-    "bailing_hybrid",
-    "step3p7",
-    "mimo_v2_flash",
-    "minimax_m3",
-    "minimax_m2",
-    "nemotron_h",
-    "gemma4_assistant",
-)
+
+def _fixture_of(family: MtpFamily) -> str | None:
+    """The shipped fixture of a registered family: the folder named by its key or, failing
+    that, by one of its model types (None: the family ships no fixture)."""
+    return next((n for n in (family.key, *family.model_types) if (FIXTURES / n).is_dir()), None)
+
+
+FAMILIES_2026 = tuple(name for f in REGISTERED_2026 if (name := _fixture_of(f)) is not None)
+"""The fixtures of the 2025-2026 families, in registry order."""
 
 # fixture -> (registry key, MTP layers, where the count is declared)
 EXPECTED: dict[str, tuple[str, int, str]] = {

@@ -68,7 +68,11 @@ ALLOWED: dict[str, set[str]] = {
         "params",
         "torch_threads",
     },
+    "api": {"layouts", "model", "errors", "extras", "formats", "checks", "pipeline", "accept"},
+    "testing": {"api", "model"},
     "cli": {
+        "api",
+        "dtypes",
         "layouts",
         "model",
         "errors",
@@ -84,7 +88,8 @@ ALLOWED: dict[str, set[str]] = {
         "__init__",
     },
     "__main__": {"cli"},
-    "__init__": set(),
+    # the public API, imported on first use
+    "__init__": {"api", "testing", "model", "errors", "extras"},
 }
 # third-party modules a layer may import
 THIRD_PARTY: dict[str, set[str]] = {
@@ -241,3 +246,30 @@ MAX_LINES = 600
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_longer_than_a_screenful_of_jobs(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+MAX_FUNCTION_LINES = 80
+"""Past this a function answers several questions: split it along them."""
+
+
+def _long_functions(source: str) -> list[tuple[str, int]]:
+    """(name, lines) of every function in ``source`` longer than :data:`MAX_FUNCTION_LINES`,
+    its decorators left out, nested functions counted within their parent too."""
+    return [
+        (node.name, lines)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES
+    ]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_function_is_longer_than_it_can_be_followed(path: Path) -> None:
+    assert _long_functions(path.read_text()) == []
+
+
+def test_long_function_rule_counts_lines() -> None:
+    body = "\n".join(f"    x{j} = {j}" for j in range(MAX_FUNCTION_LINES))
+    assert _long_functions(f"def long():\n{body}\n") == [("long", MAX_FUNCTION_LINES + 1)]
+    assert _long_functions(f"def short():\n{body[: body.rindex(chr(10))]}\n") == []

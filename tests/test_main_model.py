@@ -296,7 +296,7 @@ def test_each_lost_main_tensor_is_found(name: str) -> None:
     ckpt = open_checkpoint(FIXTURES / name)
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
     assert analysis.family is not None
-    template = analysis.family.main_layer_prefix
+    template = analysis.family.layout.main_layer_prefix
     shared = [f"main layer {k}" for k in SHARED_KINDS.get(name, ())]
     top, layers = main_tensors(ckpt, analysis)
     tried = [n for n in layers if _PER_EXPERT.search(n) or layer_of(n, template) in shared]

@@ -100,9 +100,10 @@ def test_transformers_and_main_model_agree(name: str, tmp_path: Path) -> None:
     assert family is not None
     layers = hidden_layer_count(family, ckpt.config)
     assert layers
-    head = family.main_layer_prefix.split("{k}")[0]
+    head = family.layout.main_layer_prefix.split("{k}")[0]
     tied = json.loads((source / "config.json").read_text()).get("tie_word_embeddings")
-    top = [family.main_shared[0], family.main_norm, *([] if tied else family.main_shared[1:2])]
+    shared = family.layout.main_shared
+    top = [shared[0], family.layout.main_norm, *([] if tied else shared[1:2])]
     cases = [(n, lambda x, n=n: x == n) for n in top]
     for k in range(layers):
         prefix = f"{head}{k}."

@@ -46,7 +46,8 @@ COLUMNS = (
 def short_name(family: MtpFamily, template: str) -> str:
     """A tensor template relative to the MTP layer (its prefix, or the prefix above its
     ``transformer_layer.``), without ``.weight``."""
-    for prefix in (family.layer_prefix, family.layer_prefix.removesuffix("transformer_layer.")):
+    layer_prefix = family.layout.layer_prefix
+    for prefix in (layer_prefix, layer_prefix.removesuffix("transformer_layer.")):
         if template.startswith(prefix):
             template = template[len(prefix) :]
             break
@@ -78,44 +79,45 @@ def _checkpoints(f: MtpFamily) -> str:
 
 
 def _count(f: MtpFamily) -> str:
-    absent = "undeclared" if f.default_count is None else str(f.default_count)
-    return f"{_code(f.count_keys)} ({absent})"
+    absent = "undeclared" if f.count.default is None else str(f.count.default)
+    return f"{_code(f.count.keys)} ({absent})"
 
 
 def _location(f: MtpFamily) -> str:
     if f.drafter is not Drafter.INSIDE:
         return "—"
-    cell = f"`{f.layer_prefix}`"
-    if f.main_layer_prefix != "model.layers.{k}.":
-        cell += f" (main layers: `{f.main_layer_prefix}`)"
-    if f.block_lacks:
-        cell += "; its block lacks the main layers' " + _code(f"{p}*" for p in f.block_lacks)
-    if f.flat_layers_keys:
+    cell = f"`{f.layout.layer_prefix}`"
+    if f.layout.main_layer_prefix != "model.layers.{k}.":
+        cell += f" (main layers: `{f.layout.main_layer_prefix}`)"
+    if f.layout.block_lacks:
+        cell += "; its block lacks the main layers' " + _code(f"{p}*" for p in f.layout.block_lacks)
+    if f.layout.flat_layers_keys:
         cell += "; a depth spans the layers of " + " or ".join(
-            f"`{mtp_key}`" for mtp_key, _ in f.flat_layers_keys
+            f"`{mtp_key}`" for mtp_key, _ in f.layout.flat_layers_keys
         )
     return cell
 
 
 def _copies(f: MtpFamily) -> str:
-    if not f.copies or f.copy_policy is CopyPolicy.NONE:  # NONE: never stored, not compared
+    layout = f.layout  # NONE: never stored, not compared
+    if not layout.copies or layout.copy_policy is CopyPolicy.NONE:
         return "none"
-    return f"{_code(short_name(f, c.template) for c in f.copies)} ({f.copy_policy.value})"
+    return f"{_code(short_name(f, c.template) for c in layout.copies)} ({layout.copy_policy.value})"
 
 
 def _converter(f: MtpFamily) -> str:
-    if f.writer is None:
+    if f.support.writer is None:
         return "no"
     cell = "yes"
-    if f.writer.layout != f.key:
-        cell += f" (as `{f.writer.layout}`)"
-    return f"{cell}, {f.writer.spec} spec"
+    if f.support.writer.layout != f.key:
+        cell += f" (as `{f.support.writer.layout}`)"
+    return f"{cell}, {f.support.writer.spec} spec"
 
 
 def _accept(f: MtpFamily) -> str:
-    if f.accept.measurable:
+    if f.support.accept.measurable:
         return "yes"
-    return f"no: {plain(f.accept.why_not)}" if f.accept.why_not else "no (not yet)"
+    return f"no: {plain(f.support.accept.why_not)}" if f.support.accept.why_not else "no (not yet)"
 
 
 def row(f: MtpFamily) -> list[str]:
@@ -125,11 +127,11 @@ def row(f: MtpFamily) -> list[str]:
         _checkpoints(f),
         _count(f),
         _location(f),
-        _code(short_name(f, t) for t in f.specific) or "—",
+        _code(short_name(f, t) for t in f.layout.specific) or "—",
         _copies(f),
-        f.concat_order.value,
+        f.layout.concat_order.value,
         _converter(f),
-        "yes" if f.megatron_wrapper is not None else "no",
+        "yes" if f.megatron is not None else "no",
         _accept(f),
         plain(f.notes),
     ]

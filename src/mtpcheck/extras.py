@@ -18,6 +18,9 @@ from mtpcheck.errors import MtpcheckError
 
 @dataclass(frozen=True)
 class Extra:
+    """An optional dependency group of the package (``pip install mtpcheck[name]``) and what it
+    enables."""
+
     name: str
     modules: tuple[str, ...]
     """Import names of the packages it brings, as the commands import them."""

@@ -21,6 +21,8 @@ INTERVAL_ENV = "MTPCHECK_PROGRESS_INTERVAL"
 
 
 def default_interval() -> float:
+    """Seconds between progress lines: ``MTPCHECK_PROGRESS_INTERVAL`` when set to a number,
+    else :data:`INTERVAL`."""
     try:
         return max(0.0, float(os.environ[INTERVAL_ENV]))
     except (KeyError, ValueError):
@@ -30,9 +32,13 @@ def default_interval() -> float:
 class LiveBar(Protocol):
     """A bar drawn in place: ``done`` of the total, the item the work is at."""
 
-    def update(self, done: int, at: str) -> None: ...
+    def update(self, done: int, at: str) -> None:
+        """Move the bar to ``done`` of the total, working at ``at``."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Take the bar off the screen."""
+        ...
 
 
 @runtime_checkable
@@ -41,7 +47,9 @@ class LiveSink(Protocol):
 
     def __call__(self, line: str) -> None: ...
 
-    def live(self, label: str, total: int, unit: str = "") -> LiveBar | None: ...
+    def live(self, label: str, total: int, unit: str = "") -> LiveBar | None:
+        """A bar for work of ``total`` (bytes, or ``unit``); None when none can be drawn."""
+        ...
 
 
 def _amount(n: float, unit: str) -> str:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Draft:
+    """One verify pass of a decoding loop: where it drafted and what it accepted."""
+
     sequence: int
     slot: int
     """Teacher-forced slot t: depth 1 used h_t and x_{t+1} to propose x_{t+2} (depth j
@@ -30,9 +32,12 @@ class Draft:
 
 @dataclass
 class Decoded:
+    """The sequences a decoding loop extended (prompts included) and its verify passes."""
+
     sequences: list[list[int]]
     drafts: list[Draft] = field(default_factory=list)
     k: int = 1
 
     def online_rate(self) -> float:
+        """The share of verify passes whose depth-1 draft was accepted."""
         return sum(d.accepted for d in self.drafts) / len(self.drafts)

@@ -38,12 +38,15 @@ therefore ``p_T(argmax q)``, not the ``sum min(p, q)`` of drafts sampled from q.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from mtpcheck.accept.decoded import Decoded, Draft
 from mtpcheck.accept.head import MtpHead
 from mtpcheck.accept.loading import Drafter
 from mtpcheck.accept.metrics import distributions
+from mtpcheck.accept.sampling import TokenSampler
 from mtpcheck.errors import MtpcheckError
 from mtpcheck.families import ChainHidden
 
@@ -88,6 +91,134 @@ def _main(drafter: Drafter, ids: list[int], pre_norm: bool) -> tuple[torch.Tenso
     return state[0], out.logits[0]
 
 
+def _verify(
+    sampler: TokenSampler, logits: torch.Tensor, drafts: list[int]
+) -> tuple[int, int, list[float]]:
+    """vLLM 0.32's rejection sampler without draft probabilities: (drafts accepted, the next
+    token, per depth up to the first rejected: the greedy hit or p_T(draft))."""
+    temperature = sampler.temperature
+    scores: list[float] = []
+    for j, d in enumerate(drafts):
+        if temperature == 0:
+            best = int(logits[j].argmax())
+            scores.append(float(best == d))
+            if best != d:
+                return j, best, scores
+            continue
+        p = distributions(logits[j], temperature)
+        scores.append(float(p[d]))
+        if sampler.uniform() >= float(p[d]):
+            residual = p.clone()
+            residual[d] = 0
+            return j, sampler.draw(residual / residual.sum()), scores
+    return len(drafts), sampler.pick(logits[len(drafts)]), scores
+
+
+@dataclass(frozen=True)
+class _Layers:
+    """The MTP layers as vLLM's proposer runs them: ``heads`` depth 1's first (depth d runs
+    layer ``(d - 1) % len(heads)``); depth 1 is fed the main model's last state after its
+    final norm or before it (``first_state``); the MTP embedding is zeroed at position 0 where
+    ``zero_first`` (DeepSeek's loader); the main model's embedding and head stand for the
+    stored copies where ``main_copies``."""
+
+    drafter: Drafter
+    heads: tuple[MtpHead, ...]
+    first_state: ChainHidden
+    zero_first: bool
+    main_copies: bool
+
+    def embed(self, head: MtpHead) -> torch.nn.Module:
+        """The embedding ``head`` drafts through."""
+        if self.main_copies:
+            main: torch.nn.Module = self.drafter.model.get_input_embeddings()
+            return main
+        return head.embed
+
+    def output(self, head: MtpHead) -> torch.nn.Module:
+        """The output head ``head`` drafts through."""
+        if self.main_copies:
+            main: torch.nn.Module = self.drafter.model.get_output_embeddings()
+            return main
+        return head.head
+
+    def main(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One main-model pass: (the state depth 1 is fed at every position, logits)."""
+        return _main(self.drafter, ids, self.first_state is ChainHidden.PRE_NORM)
+
+
+def _refuse_attention_bias(heads: tuple[MtpHead, ...]) -> None:
+    """Depths 2+ model the zeroed cache slots as zero inputs, exact only without biases."""
+    for head in heads[1:]:
+        biased = [n for n, _ in head.block.named_parameters() if "attn" in n and "bias" in n]
+        if biased:
+            raise MtpcheckError(
+                f"--draft-rule engine: the MTP block's attention has biases ({biased[0]}), "
+                "so the zeroed cache slots of depths 2+ cannot be modelled as zero inputs"
+            )
+
+
+def _draft(
+    layers: _Layers,
+    caches: list[dict[int, torch.Tensor]],
+    seq: list[int],
+    state: torch.Tensor,
+    k: int,
+) -> list[int]:
+    """The ``k`` drafts after ``seq`` (``state``: the main model's at its verified tokens),
+    each layer's inputs kept by position in ``caches``."""
+    heads, device = layers.heads, layers.drafter.device
+    m = len(seq) - 1
+    # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
+    positions = torch.arange(m)
+    tokens = torch.tensor(seq[1 : m + 1], device=device)
+    zeroed = positions == 0 if layers.zero_first else None
+    x = heads[0].project(state[:m], tokens, layers.embed(heads[0]), zeroed)
+    caches[0].update({t: x[t] for t in range(m)})
+    drafts: list[int] = []
+    feed: torch.Tensor | None = None
+    for depth in range(1, k + 1):
+        layer = (depth - 1) % len(heads)
+        head = heads[layer]
+        at = m - 2 + depth
+        if depth > 1:
+            assert feed is not None  # depth - 1 left it
+            token = torch.tensor([drafts[-1]], device=device)
+            zeroed = torch.tensor([at == 0]) if layers.zero_first else None
+            x = head.project(feed[None], token, layers.embed(head), zeroed)
+            caches[layer][at] = x[0]
+        block = _block(head, caches[layer], at)
+        normed = head.final_norm(block)
+        feed = normed if layers.drafter.chain.chain_hidden is ChainHidden.POST_NORM else block
+        drafts.append(int(layers.output(head)(normed).argmax()))
+    return drafts
+
+
+def _decode_sequence(
+    layers: _Layers,
+    sampler: TokenSampler,
+    index: int,
+    seq: list[int],
+    new_tokens: int,
+    k: int,
+    out: Decoded,
+) -> None:
+    """Extend ``seq`` (sequence ``index``) by ``new_tokens`` or more, one verify pass at a
+    time; each pass's drafts go to ``out``."""
+    target = len(seq) + new_tokens
+    caches: list[dict[int, torch.Tensor]] = [{} for _ in layers.heads]
+    state, logits = layers.main(seq)
+    seq.append(sampler.pick(logits[-1]))
+    while len(seq) < target:
+        m = len(seq) - 1
+        drafts = _draft(layers, caches, seq, state, k)
+        state, logits = layers.main(seq + drafts)
+        taken, following, scores = _verify(sampler, logits[m:], drafts)
+        out.drafts.append(Draft(index, m - 1, taken, tuple(scores)))
+        seq.extend([*drafts[:taken], following])
+        state = state[: m + taken + 1]
+
+
 @torch.no_grad()
 def engine_decode(
     drafter: Drafter,
@@ -103,86 +234,11 @@ def engine_decode(
     """Draft-then-verify decoding under vLLM's rule, ``k`` drafts a pass, greedy (T = 0) or
     sampled; ``main_copies``: the embedding and head the checkpoint stores copies of are the
     main model's."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def draw(probs: torch.Tensor) -> int:
-        return int(torch.multinomial(probs, 1, generator=gen))
-
-    def verify(logits: torch.Tensor, drafts: list[int]) -> tuple[int, int, list[float]]:
-        """(drafts accepted, the next token, per depth up to the first rejected: the greedy
-        hit or p_T(draft))."""
-        scores: list[float] = []
-        for j, d in enumerate(drafts):
-            if temperature == 0:
-                best = int(logits[j].argmax())
-                scores.append(float(best == d))
-                if best != d:
-                    return j, best, scores
-                continue
-            p = distributions(logits[j], temperature)
-            scores.append(float(p[d]))
-            if float(torch.rand((), generator=gen, dtype=torch.float64)) >= float(p[d]):
-                residual = p.clone()
-                residual[d] = 0
-                return j, draw(residual / residual.sum()), scores
-        last = logits[len(drafts)]
-        if temperature == 0:
-            return len(drafts), int(last.argmax()), scores
-        return len(drafts), draw(distributions(last, temperature)), scores
-
-    heads = list(drafter.chain.heads)
-    model = drafter.model
-    for head in heads[1:]:
-        biased = [n for n, _ in head.block.named_parameters() if "attn" in n and "bias" in n]
-        if biased:
-            raise MtpcheckError(
-                f"--draft-rule engine: the MTP block's attention has biases ({biased[0]}), "
-                "so the zeroed cache slots of depths 2+ cannot be modelled as zero inputs"
-            )
-
-    def embed(head: MtpHead) -> torch.nn.Module:
-        return model.get_input_embeddings() if main_copies else head.embed
-
-    def output(head: MtpHead) -> torch.nn.Module:
-        return model.get_output_embeddings() if main_copies else head.head
-
-    passed = drafter.chain.chain_hidden
+    sampler = TokenSampler.seeded(temperature, seed)
+    heads = drafter.chain.layers
+    _refuse_attention_bias(heads)
+    layers = _Layers(drafter, heads, first_state, zero_first, main_copies)
     out = Decoded([list(p) for p in prompts], k=k)
     for index, seq in enumerate(out.sequences):
-        target = len(seq) + new_tokens
-        caches: list[dict[int, torch.Tensor]] = [{} for _ in heads]
-        state, logits = _main(drafter, seq, first_state is ChainHidden.PRE_NORM)
-        seq.append(
-            int(logits[-1].argmax())
-            if temperature == 0
-            else draw(distributions(logits[-1], temperature))
-        )
-        while len(seq) < target:
-            m = len(seq) - 1
-            # depth 1: every verified pair (h_t, x_{t+1}), t = 0..m-1, into layer 0's cache
-            positions = torch.arange(m)
-            tokens = torch.tensor(seq[1 : m + 1], device=drafter.device)
-            zeroed = positions == 0 if zero_first else None
-            x = heads[0].project(state[:m], tokens, embed(heads[0]), zeroed)
-            caches[0].update({t: x[t] for t in range(m)})
-            drafts: list[int] = []
-            feed = None
-            for depth in range(1, k + 1):
-                layer = (depth - 1) % len(heads)
-                head = heads[layer]
-                at = m - 2 + depth
-                if depth > 1:
-                    token = torch.tensor([drafts[-1]], device=drafter.device)
-                    zeroed = torch.tensor([at == 0]) if zero_first else None
-                    x = head.project(feed[None], token, embed(head), zeroed)
-                    caches[layer][at] = x[0]
-                block = _block(head, caches[layer], at)
-                normed = head.final_norm(block)
-                feed = normed if passed is ChainHidden.POST_NORM else block
-                drafts.append(int(output(head)(normed).argmax()))
-            state, logits = _main(drafter, seq + drafts, first_state is ChainHidden.PRE_NORM)
-            taken, following, scores = verify(logits[m:], drafts)
-            out.drafts.append(Draft(index, m - 1, taken, tuple(scores)))
-            seq.extend([*drafts[:taken], following])
-            state = state[: m + taken + 1]
+        _decode_sequence(layers, sampler, index, seq, new_tokens, k, out)
     return out

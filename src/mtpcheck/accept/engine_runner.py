@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from mtpcheck.accept.copies import COPIES_TITLE, copies_finding
-from mtpcheck.accept.gating import no_drafter_status, shown
+from mtpcheck.accept.copies import copies_finding
+from mtpcheck.accept.gating import no_drafter_status
 from mtpcheck.accept.head import drafter_layouts, missing_drafter
-from mtpcheck.accept.inputs import open_inputs
-from mtpcheck.accept.loading import load_drafter, resolve_device
-from mtpcheck.accept.metrics import paired_ratio_difference, ratio_estimate
+from mtpcheck.accept.inputs import Inputs, open_inputs
+from mtpcheck.accept.loading import Drafter, load_drafter, resolve_device
 from mtpcheck.accept.online import teacher_forced_at
 from mtpcheck.accept.options import AcceptOptions
-from mtpcheck.accept.vllm_engine import EngineRequest, run_vllm
+from mtpcheck.accept.report import compared_finding, input_summaries, workload_checks
+from mtpcheck.accept.stats import paired_ratio_difference, ratio_estimate, shown
+from mtpcheck.accept.vllm_engine import EngineRequest, EngineRun, run_vllm
 from mtpcheck.accept.workloads import Workload
 from mtpcheck.errors import MtpcheckError
-from mtpcheck.families import summarise
+from mtpcheck.families import MtpAnalysis
 from mtpcheck.model import (
-    CheckResult,
+    Checkpoint,
     EngineAcceptance,
     EngineDelta,
     Estimate,
@@ -87,7 +89,7 @@ def _acceptance(
 
 def _with_teacher_forced(
     result: EngineAcceptance,
-    drafter,
+    drafter: Drafter,
     prompts: list[list[int]],
     requests: tuple[EngineRequest, ...],
 ) -> EngineAcceptance:
@@ -108,6 +110,7 @@ def _with_teacher_forced(
 
 
 def describe(e: EngineAcceptance) -> str:
+    """The sentence an engine figure's finding says."""
     positions = " / ".join(shown(p) for p in e.by_position)
     tf = ""
     if e.teacher_forced:
@@ -161,122 +164,176 @@ def _disagreement(e: EngineAcceptance) -> Finding | None:
     )
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What every checkpoint's engine run is asked to do."""
+
+    options: AcceptOptions
+    workloads: tuple[Workload, ...]
+    prompts: dict[str, list[list[int]]]
+    """Per workload, its prompts (each sequence's first ``--prompt-tokens`` ids)."""
+    k: int
+    log: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """What the engine runs gathered, keyed by (checkpoint, workload) where per workload."""
+
+    results: dict[tuple[str, str], EngineAcceptance] = field(default_factory=dict)
+    requests: dict[tuple[str, str], tuple[EngineRequest, ...]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    """Per checkpoint without a drafter: why."""
+    served: list[Finding] = field(default_factory=list)
+    """The stored copies that differ from their main tensors."""
+
+
 def run_engine_accept(
     options: AcceptOptions, log: Callable[[str], None] = lambda _: None
 ) -> Report:
     """Every workload through the engine, on the checkpoint (and the compared one)."""
     inputs = open_inputs(options)
-    ckpts, analyses, workloads = inputs.checkpoints, inputs.analyses, inputs.workloads
-    prompts = {w.name: _prompts(w, options.prompt_tokens) for w in workloads}
-    settings = options.vllm
-
+    prompts = {w.name: _prompts(w, options.prompt_tokens) for w in inputs.workloads}
     # one speculative config for both sides of --compare: the reference's, as it is served
-    k = options.depths or analyses[0].complete_layers or 1
-    results: dict[tuple[str, str], EngineAcceptance] = {}
-    requests: dict[tuple[str, str], tuple[EngineRequest, ...]] = {}
-    missing: dict[str, str] = {}
-    extra_findings: list[Finding] = []
+    k = options.depths or inputs.analyses[0].complete_layers or 1
+    plan = _Plan(options, inputs.workloads, prompts, k, log)
+    runs = _Runs()
     for ckpt, analysis, directory, label in zip(
-        ckpts, analyses, inputs.directories, inputs.labels, strict=False
+        inputs.checkpoints, inputs.analyses, inputs.directories, inputs.labels, strict=False
     ):
-        why = missing_drafter(analysis)
-        if why is not None:
-            missing[ckpt.path] = why
-            log(f"{label}{ckpt.path}: no drafter ({why}); vLLM not started")
-            continue
-        extra_findings += copies_finding(ckpt, analysis)
-        everything = [p for w in workloads for p in prompts[w.name]]
-        log(
-            f"{label}{ckpt.path}: vLLM ({settings.python}), MTP k={k}, {settings.parallel}, "
-            f"{len(everything)} prompts"
-        )
-        run = run_vllm(
-            directory,
-            dict(ckpt.config),
-            everything,
-            k,
-            options.new_tokens,
-            options.temperature,
-            settings,
-        )
-        log(f"{label}{ckpt.path}: vLLM {run.version}: {run.drafts} steps in {run.seconds:.1f} s")
-        start = 0
-        for w in workloads:
-            n = len(prompts[w.name])
-            part = run.requests[start : start + n]
-            start += n
-            requests[(ckpt.path, w.name)] = part
-            results[(ckpt.path, w.name)] = _acceptance(ckpt.path, w, part, run.version, k, options)
-        if options.teacher_forced:
-            started = time.monotonic()
-            layout = drafter_layouts(ckpt, analysis)
-            if isinstance(layout, str):  # pragma: no cover - missing_drafter said None
-                raise MtpcheckError(f"{ckpt.path}: {layout}")
-            device = resolve_device(options.device)
-            drafter = load_drafter(ckpt, layout, device, options.dtype, None, None)
-            for w in workloads:
-                key = (ckpt.path, w.name)
-                results[key] = _with_teacher_forced(
-                    results[key], drafter, prompts[w.name], requests[key]
-                )
-            log(
-                f"{label}{ckpt.path}: teacher-forced at the engine's positions in "
-                f"{time.monotonic() - started:.1f} s"
-            )
-            del drafter
-
-    deltas = []
-    if len(ckpts) == 2 and not missing:
-        a, b = (c.path for c in ckpts)
-        for w in workloads:
-            ra, rb = requests[(a, w.name)], requests[(b, w.name)]
-            deltas.append(EngineDelta(w.name, *_paired(ra, rb, k)))
-
-    checks = []
-    for w in workloads:
-        findings = []
-        for ckpt, analysis in zip(ckpts, analyses, strict=True):
-            if ckpt.path in missing:
-                declared = analysis.declared.value
-                said = f"; the config declares {declared} MTP layer(s)" if declared else ""
-                message = f"no drafter ({missing[ckpt.path]}){said}"
-                findings.append(Finding(ckpt.path, no_drafter_status(declared), message))
-            else:
-                result = results[(ckpt.path, w.name)]
-                findings.append(_finding(result, options.min_acceptance))
-                differs = _disagreement(result)
-                if differs is not None:
-                    findings.append(differs)
-        findings += [
-            Finding(
-                "B - A",
-                Status.INFO,
-                f"position 1 {shown(d.first_position, '+.3f')}, mean acceptance length "
-                f"{shown(d.mean_acceptance_length, '+.2f')}",
-                {
-                    "first_position": d.first_position.value,
-                    "mean_acceptance_length": d.mean_acceptance_length.value,
-                },
-            )
-            for d in deltas
-            if d.workload == w.name
-        ]
-        checks.append(
-            CheckResult(
-                f"acceptance/{w.name}",
-                f"MTP acceptance in vLLM on workload {w.name}",
-                tuple(findings),
-            )
-        )
-    if extra_findings:
-        checks.append(CheckResult("served-copies", COPIES_TITLE, tuple(extra_findings)))
+        _run_checkpoint(plan, runs, ckpt, analysis, directory, label)
+    deltas = _deltas(inputs, runs, k)
+    findings = {
+        w.name: _workload_findings(w.name, inputs, runs, deltas, options.min_acceptance)
+        for w in inputs.workloads
+    }
     return Report(
         command="accept",
-        inputs=tuple(summarise(c, a) for c, a in zip(ckpts, analyses, strict=True)),
-        checks=tuple(checks),
-        engine=tuple(results.values()),
+        inputs=input_summaries(inputs),
+        checks=workload_checks(inputs, "MTP acceptance in vLLM", findings, runs.served),
+        engine=tuple(runs.results.values()),
         engine_deltas=tuple(deltas),
     )
+
+
+def _run_checkpoint(
+    plan: _Plan,
+    runs: _Runs,
+    ckpt: Checkpoint,
+    analysis: MtpAnalysis,
+    directory: Path,
+    label: str,
+) -> None:
+    """One checkpoint through vLLM with every workload's prompts (and, with
+    ``--teacher-forced``, mtpcheck's figures at the positions it drafted) into ``runs``."""
+    why = missing_drafter(analysis)
+    if why is not None:
+        runs.missing[ckpt.path] = why
+        plan.log(f"{label}{ckpt.path}: no drafter ({why}); vLLM not started")
+        return
+    runs.served.extend(copies_finding(ckpt, analysis))
+    options, settings = plan.options, plan.options.vllm
+    everything = [p for w in plan.workloads for p in plan.prompts[w.name]]
+    plan.log(
+        f"{label}{ckpt.path}: vLLM ({settings.python}), MTP k={plan.k}, {settings.parallel}, "
+        f"{len(everything)} prompts"
+    )
+    run = run_vllm(
+        directory,
+        dict(ckpt.config),
+        everything,
+        plan.k,
+        options.new_tokens,
+        options.temperature,
+        settings,
+    )
+    plan.log(f"{label}{ckpt.path}: vLLM {run.version}: {run.drafts} steps in {run.seconds:.1f} s")
+    _split_by_workload(plan, runs, ckpt.path, run)
+    if options.teacher_forced:
+        _add_teacher_forced(plan, runs, ckpt, analysis, label)
+
+
+def _split_by_workload(plan: _Plan, runs: _Runs, path: str, run: EngineRun) -> None:
+    """The run's requests back to their workloads (sent in the workloads' order), and each
+    workload's figures."""
+    start = 0
+    for w in plan.workloads:
+        n = len(plan.prompts[w.name])
+        part = run.requests[start : start + n]
+        start += n
+        runs.requests[(path, w.name)] = part
+        runs.results[(path, w.name)] = _acceptance(path, w, part, run.version, plan.k, plan.options)
+
+
+def _add_teacher_forced(
+    plan: _Plan, runs: _Runs, ckpt: Checkpoint, analysis: MtpAnalysis, label: str
+) -> None:
+    """``--teacher-forced``: load the checkpoint through transformers and score the engine's
+    own output at the positions it drafted, beside each workload's engine figure."""
+    started = time.monotonic()
+    layout = drafter_layouts(ckpt, analysis)
+    if isinstance(layout, str):  # pragma: no cover - missing_drafter said None
+        raise MtpcheckError(f"{ckpt.path}: {layout}")
+    device = resolve_device(plan.options.device)
+    drafter = load_drafter(ckpt, layout, device, plan.options.dtype, None, None)
+    for w in plan.workloads:
+        key = (ckpt.path, w.name)
+        runs.results[key] = _with_teacher_forced(
+            runs.results[key], drafter, plan.prompts[w.name], runs.requests[key]
+        )
+    plan.log(
+        f"{label}{ckpt.path}: teacher-forced at the engine's positions in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    del drafter
+
+
+def _deltas(inputs: Inputs, runs: _Runs, k: int) -> list[EngineDelta]:
+    """``--compare`` with a drafter on both sides: B - A per workload, paired over requests."""
+    if len(inputs.checkpoints) != 2 or runs.missing:
+        return []
+    a, b = (c.path for c in inputs.checkpoints)
+    return [
+        EngineDelta(w.name, *_paired(runs.requests[(a, w.name)], runs.requests[(b, w.name)], k))
+        for w in inputs.workloads
+    ]
+
+
+def _workload_findings(
+    workload: str,
+    inputs: Inputs,
+    runs: _Runs,
+    deltas: list[EngineDelta],
+    min_acceptance: float | None,
+) -> list[Finding]:
+    """One workload's findings: per checkpoint its figures (or why it has no drafter) and a
+    disagreement with the teacher-forced figure; then B - A."""
+    findings = []
+    for ckpt, analysis in zip(inputs.checkpoints, inputs.analyses, strict=True):
+        if ckpt.path in runs.missing:
+            declared = analysis.declared.value
+            said = f"; the config declares {declared} MTP layer(s)" if declared else ""
+            message = f"no drafter ({runs.missing[ckpt.path]}){said}"
+            findings.append(Finding(ckpt.path, no_drafter_status(declared), message))
+        else:
+            result = runs.results[(ckpt.path, workload)]
+            findings.append(_finding(result, min_acceptance))
+            differs = _disagreement(result)
+            if differs is not None:
+                findings.append(differs)
+    findings += [
+        compared_finding(
+            f"position 1 {shown(d.first_position, '+.3f')}, mean acceptance length "
+            f"{shown(d.mean_acceptance_length, '+.2f')}",
+            {
+                "first_position": d.first_position.value,
+                "mean_acceptance_length": d.mean_acceptance_length.value,
+            },
+        )
+        for d in deltas
+        if d.workload == workload
+    ]
+    return findings
 
 
 def _paired(
@@ -285,7 +342,9 @@ def _paired(
     """B - A of the position-1 acceptance and of the mean acceptance length, paired over
     requests."""
 
-    def counts(rs: tuple[EngineRequest, ...], count) -> tuple[list[int], list[int]]:
+    def counts(
+        rs: tuple[EngineRequest, ...], count: Callable[[EngineRequest], int]
+    ) -> tuple[list[int], list[int]]:
         return [count(r) for r in rs], [r.steps for r in rs]
 
     position = paired_ratio_difference(

@@ -27,6 +27,7 @@ from mtpcheck.model import (
 
 
 def chain_result(chained: Sequence[ChainCounts], hidden: ChainHidden) -> ChainAcceptance:
+    """The chain's figures per depth, from its per-sequence counters."""
     rates = chain_rates(chained)
     depths = tuple(
         DepthAcceptance(d, g, a, 1 + sum(r.value for _, r in rates[:d]))
@@ -50,6 +51,7 @@ def result(
     note: str,
     chain: ChainAcceptance | None = None,
 ) -> AcceptanceResult:
+    """One checkpoint's figures on one workload (``note``: why it has no drafter, if so)."""
     greedy, alpha = greedy_rate(counts), alpha_rate(counts)
     return AcceptanceResult(
         checkpoint=label,
@@ -74,6 +76,7 @@ def no_drafter_status(declared: int | None) -> Status:
 
 
 def describe(r: AcceptanceResult) -> str:
+    """The sentence a teacher-forced figure's finding says."""
     if not r.drafter:
         return f"no drafter ({r.note}): acceptance 0, 1.00 tokens per pass"
     chained = ""
@@ -92,6 +95,7 @@ def describe(r: AcceptanceResult) -> str:
 
 
 def describe_delta(d: AcceptanceDelta) -> str:
+    """The sentence of a workload's ``B - A`` finding."""
     return (
         f"greedy {shown(d.greedy, '+.3f')}, alpha {shown(d.alpha, '+.3f')}, "
         f"tokens per pass {d.tokens_per_pass:+.3f}"
@@ -101,6 +105,7 @@ def describe_delta(d: AcceptanceDelta) -> str:
 def finding(
     r: AcceptanceResult, min_acceptance: float | None, declared: int | None = None
 ) -> Finding:
+    """One checkpoint's finding on one workload, held to ``--min-acceptance``."""
     details = {
         "greedy": r.greedy.value,
         "alpha": r.alpha.value,

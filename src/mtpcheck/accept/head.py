@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -73,9 +73,10 @@ class HeadLayout:
 
 
 def supported_names() -> str:
+    """The families ``accept`` can measure, for its refusals."""
     from mtpcheck.families import FAMILIES
 
-    return ", ".join(f.display for f in FAMILIES if f.accept.measurable)
+    return ", ".join(f.display for f in FAMILIES if f.support.accept.measurable)
 
 
 def missing_drafter(analysis: MtpAnalysis) -> str | None:
@@ -84,7 +85,8 @@ def missing_drafter(analysis: MtpAnalysis) -> str | None:
     present = [layer for layer in analysis.layers if layer.present]
     family = analysis.family
     if family is not None and family.drafter is not Drafter.INSIDE:
-        return family.accept.why_not or "no MTP layers: the drafter is a separate checkpoint"
+        why = family.support.accept.why_not
+        return why or "no MTP layers: the drafter is a separate checkpoint"
     if not present:
         declared = analysis.declared.value
         said = f"; config declares {declared} ({analysis.declared.source})" if declared else ""
@@ -114,10 +116,10 @@ def drafter_layouts(
         return why
     present = [layer for layer in analysis.layers if layer.present]
     family = analysis.family
-    parts = family and (family.head_parts or family.megatron_wrapper)
-    if family is None or not family.accept.measurable or not parts:
+    parts = family and family.layout.head_parts
+    if family is None or not family.support.accept.measurable or not parts:
         name = family.display if family else f"model_type {analysis.model_type!r}"
-        why = family.accept.why_not if family else ""
+        why = family.support.accept.why_not if family else ""
         raise InputError(
             ckpt.path,
             f"accept does not support {name} yet"
@@ -141,25 +143,26 @@ def drafter_layouts(
                     "(quantised MTP layers not yet)",
                 )
         enorm, hnorm, projection, final_norm = (fill_template(t, i, base) for t in parts)
-        copies = {c.main: fill_template(c.template, i, base) for c in family.copies}
-        main_embed, main_head = family.main_shared
+        copies = {c.main: fill_template(c.template, i, base) for c in family.layout.copies}
+        main_embed, main_head = family.layout.main_shared
         embed = copies.get(main_embed)
-        head = fill_template(family.head_output, i, base) if family.head_output else None
+        own = family.layout.head_output
+        head = fill_template(own, i, base) if own else None
         head = head or copies.get(main_head)
         layouts.append(
             HeadLayout(
                 family=family.key,
-                prefix=fill_template(family.layer_prefix, i, base),
+                prefix=fill_template(family.layout.layer_prefix, i, base),
                 enorm=enorm,
                 hnorm=hnorm,
                 projection=projection,
                 final_norm=final_norm,
                 embed=embed if embed in ckpt.tensors else None,
                 head=head if head in ckpt.tensors else None,
-                hidden_first=family.concat_order is ConcatOrder.HIDDEN_FIRST,
+                hidden_first=family.layout.concat_order is ConcatOrder.HIDDEN_FIRST,
                 mirrors=_layer_number(analysis.reference_layers.get(i)),
                 depth=i,
-                chain_hidden=chain or family.chain_hidden,
+                chain_hidden=chain or family.serving.chain_hidden,
             )
         )
     return tuple(layouts)
@@ -234,7 +237,8 @@ class MtpHead(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """``hidden[:, t]`` and ``next_ids[:, t]`` (token t+1) -> logits for token t+2."""
-        return self.head(self.final_norm(self.block_output(hidden, next_ids)))
+        logits: torch.Tensor = self.head(self.final_norm(self.block_output(hidden, next_ids)))
+        return logits
 
     def block_output(self, hidden: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
         """The decoder block's output, before the final norm."""
@@ -259,7 +263,8 @@ class MtpHead(torch.nn.Module):
             e = torch.where(zeroed[..., None].to(here), torch.zeros_like(e), e)
         e = self.enorm(e)
         h = self.hnorm(hidden.to(here))
-        return self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
+        x: torch.Tensor = self.eh_proj(torch.cat([h, e] if self.hidden_first else [e, h], dim=-1))
+        return x
 
     def run_block(
         self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
@@ -272,7 +277,8 @@ class MtpHead(torch.nn.Module):
         out = self.block(x, attention_mask=mask, position_ids=positions, position_embeddings=rope)
         if isinstance(out, tuple):  # older transformers decoder layers return tuples
             out = out[0]
-        return out
+        block_out: torch.Tensor = out
+        return block_out
 
 
 class MtpChain(torch.nn.Module):
@@ -290,17 +296,24 @@ class MtpChain(torch.nn.Module):
 
     @property
     def depths(self) -> int:
+        """How many MTP layers are chained (D)."""
         return len(self.heads)
+
+    @property
+    def layers(self) -> tuple[MtpHead, ...]:
+        """The chained layers, depth 1 first, typed as what they are."""
+        return tuple(cast(MtpHead, head) for head in self.heads)
 
     def step(
         self, depth: int, state: torch.Tensor, tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One depth (1-based): (logits, the state depth + 1 takes) at every slot given."""
-        head = self.heads[depth - 1]
+        head = cast(MtpHead, self.heads[depth - 1])
         out = head.block_output(state, tokens)
         normed = head.final_norm(out)
         passed = normed if self.chain_hidden is ChainHidden.POST_NORM else out
-        return head.head(normed).to(out.device), passed
+        logits: torch.Tensor = head.head(normed).to(out.device)
+        return logits, passed
 
     def forward(
         self, hidden: torch.Tensor, ids: torch.Tensor, depths: int | None = None
@@ -341,7 +354,8 @@ def _block_state(
                 names = [available.get(f"{stem}.{e}.{part}.weight") for part in parts]
                 if any(n is None for n in names):
                     break
-                experts.append(torch.cat([read_tensor(ckpt, n) for n in names], dim=0))
+                found = [n for n in names if n is not None]
+                experts.append(torch.cat([read_tensor(ckpt, n) for n in found], dim=0))
                 used.update(n for n in names if n is not None)
             else:
                 state[key] = torch.stack(experts)
@@ -366,16 +380,10 @@ def _check_shape(ckpt: Checkpoint, name: str, tensor: torch.Tensor, shape: tuple
         )
 
 
-def build_head(
-    model: Any, ckpt: Checkpoint, layout: HeadLayout, dtype: torch.dtype, device: torch.device
-) -> MtpHead:
-    """The MTP head of ``ckpt`` using ``model``'s decoder-layer, norm and rotary classes."""
-    decoder = model.get_decoder()
+def _block_config(model: Any, ckpt: Checkpoint, layout: HeadLayout, skip: set[str]) -> Any:
+    """A one-layer copy of the main model's text config for the MTP block: its own layer
+    kinds (or those of the main layer it mirrors), dense or MoE as its tensors are."""
     config = copy.deepcopy(model.config.get_text_config())
-    hidden = int(config.hidden_size)
-    eps = float(config.rms_norm_eps)
-    skip = {layout.enorm, layout.hnorm, layout.projection, layout.final_norm}
-    skip |= {n for n in (layout.embed, layout.head) if n}
     block_names = [n for n in ckpt.tensors if n.startswith(layout.prefix) and n not in skip]
     moe = any(".experts." in n or ".mlp.gate.weight" in n for n in block_names)
     k = layout.mirrors
@@ -391,10 +399,23 @@ def build_head(
         config.first_k_dense_replace = 0 if moe else 1
     if getattr(config, "_attn_implementation", None) not in ("eager", "sdpa"):
         config._attn_implementation = "sdpa"
-    layer_cls = type(decoder.layers[-1])
-    norm_cls = type(decoder.norm)
+    return config
+
+
+def _loaded_block(
+    model: Any,
+    config: Any,
+    ckpt: Checkpoint,
+    layout: HeadLayout,
+    skip: set[str],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.nn.Module:
+    """The main model's decoder-layer class built from ``config``, loaded with the MTP
+    block's tensors (what the model class keeps in float32 stays so)."""
+    layer_cls = type(model.get_decoder().layers[-1])
     with torch.device("meta"):
-        block = layer_cls(config, 0)
+        block: torch.nn.Module = layer_cls(config, 0)
     state, _ = _block_state(ckpt, layout, block, skip)
     keep32 = _keep_in_fp32(model) if dtype != torch.float32 else ()
     block.load_state_dict(
@@ -402,51 +423,66 @@ def build_head(
         strict=True,
         assign=True,
     )
+    return block
 
-    def norm(name: str) -> torch.nn.Module:
-        weight = read_tensor(ckpt, name)
-        _check_shape(ckpt, name, weight, (hidden,))
-        with torch.device("meta"):
-            module = norm_cls(hidden, eps=eps)
-        module.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
-        return module
 
-    proj_weight = read_tensor(ckpt, layout.projection)
-    _check_shape(ckpt, layout.projection, proj_weight, (hidden, 2 * hidden))
-    projection = torch.nn.Linear(2 * hidden, hidden, bias=False, device="meta")
-    projection.load_state_dict({"weight": proj_weight.to(device=device, dtype=dtype)}, assign=True)
+def _loaded_linear(
+    weight: torch.Tensor, device: torch.device, dtype: torch.dtype
+) -> torch.nn.Linear:
+    """A bias-free linear layer holding ``weight`` (``[out, in]``)."""
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+    linear.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
+    return linear
 
+
+def _embed_and_head(
+    model: Any, ckpt: Checkpoint, layout: HeadLayout, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The embedding and output head the head drafts through: the MTP layer's stored copies
+    where it has them, else the main model's."""
     embed: torch.nn.Module = model.get_input_embeddings()
     if layout.embed is not None:
         weight = read_tensor(ckpt, layout.embed)
-        _check_shape(ckpt, layout.embed, weight, tuple(embed.weight.shape))
-        embed = torch.nn.Embedding.from_pretrained(weight.to(device=device, dtype=dtype))
+        _check_shape(ckpt, layout.embed, weight, tuple(model.get_input_embeddings().weight.shape))
+        embed = torch.nn.Embedding.from_pretrained(weight.to(device=device, dtype=dtype))  # type: ignore[no-untyped-call]
     head: torch.nn.Module = model.get_output_embeddings()
     if layout.head is not None:
         weight = read_tensor(ckpt, layout.head)
-        _check_shape(ckpt, layout.head, weight, tuple(head.weight.shape))
-        head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
-        head.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
+        _check_shape(ckpt, layout.head, weight, tuple(model.get_output_embeddings().weight.shape))
+        head = _loaded_linear(weight, device, dtype)
+    return embed, head
 
+
+def _norm(
+    model: Any, config: Any, ckpt: Checkpoint, name: str, dtype: torch.dtype, device: torch.device
+) -> torch.nn.Module:
+    """The main model's norm class holding the checkpoint's ``name``."""
+    hidden = int(config.hidden_size)
+    weight = read_tensor(ckpt, name)
+    _check_shape(ckpt, name, weight, (hidden,))
+    with torch.device("meta"):
+        module: torch.nn.Module = type(model.get_decoder().norm)(
+            hidden, eps=float(config.rms_norm_eps)
+        )
+    module.load_state_dict({"weight": weight.to(device=device, dtype=dtype)}, assign=True)
+    return module
+
+
+def _rotary(decoder: Any, config: Any) -> tuple[torch.nn.Module | None, int | None, str | None]:
+    """The main model's rotary embedding, the block's sliding window (None: full attention)
+    and the layer kind to pass to a rotary embedding that keeps parameters per kind."""
     rotary = getattr(decoder, "rotary_emb", None)
     kinds = getattr(config, "layer_types", None)
     kind = kinds[0] if isinstance(kinds, list | tuple) and kinds else None
     per_kind = rotary is not None and "layer_type" in inspect.signature(rotary.forward).parameters
     sliding = kind == "sliding_attention"
-    module = MtpHead(
-        enorm=norm(layout.enorm),
-        hnorm=norm(layout.hnorm),
-        projection=projection,
-        block=block,
-        final_norm=norm(layout.final_norm),
-        embed=embed,
-        head=head,
-        rotary=rotary,
-        hidden_first=layout.hidden_first,
-        window=int(config.sliding_window) if sliding and config.sliding_window else None,
-        layer_type=kind if per_kind else None,
-    )
-    # the main model's embedding and head may be offloaded (meta until accelerate loads them)
+    window = int(config.sliding_window) if sliding and config.sliding_window else None
+    return rotary, window, kind if per_kind else None
+
+
+def _refuse_unloaded(model: Any, module: MtpHead) -> None:
+    """Every parameter of the head is filled, except the main model's shared embedding and
+    head, which may be offloaded (meta until accelerate loads them)."""
     shared = {
         id(t)
         for m in (model.get_input_embeddings(), model.get_output_embeddings())
@@ -459,6 +495,36 @@ def build_head(
     ]
     if left:
         raise RuntimeError(f"MTP head parameters left unloaded: {left[:3]}")
+
+
+def build_head(
+    model: Any, ckpt: Checkpoint, layout: HeadLayout, dtype: torch.dtype, device: torch.device
+) -> MtpHead:
+    """The MTP head of ``ckpt`` using ``model``'s decoder-layer, norm and rotary classes."""
+    skip = {layout.enorm, layout.hnorm, layout.projection, layout.final_norm}
+    skip |= {n for n in (layout.embed, layout.head) if n}
+    config = _block_config(model, ckpt, layout, skip)
+    block = _loaded_block(model, config, ckpt, layout, skip, dtype, device)
+    hidden = int(config.hidden_size)
+    proj_weight = read_tensor(ckpt, layout.projection)
+    _check_shape(ckpt, layout.projection, proj_weight, (hidden, 2 * hidden))
+    projection = _loaded_linear(proj_weight, device, dtype)
+    embed, head = _embed_and_head(model, ckpt, layout, dtype, device)
+    rotary, window, layer_type = _rotary(model.get_decoder(), config)
+    module = MtpHead(
+        enorm=_norm(model, config, ckpt, layout.enorm, dtype, device),
+        hnorm=_norm(model, config, ckpt, layout.hnorm, dtype, device),
+        projection=projection,
+        block=block,
+        final_norm=_norm(model, config, ckpt, layout.final_norm, dtype, device),
+        embed=embed,
+        head=head,
+        rotary=rotary,
+        hidden_first=layout.hidden_first,
+        window=window,
+        layer_type=layer_type,
+    )
+    _refuse_unloaded(model, module)
     return module.eval()
 
 

@@ -12,10 +12,10 @@ def quiet_transformers() -> Iterator[None]:
     from transformers.utils import logging as hf_logging
 
     previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
         hf_logging.set_verbosity(previous)
-        hf_logging.enable_progress_bar()
+        hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]

@@ -18,6 +18,8 @@ from mtpcheck.model.config_keys import is_int, text_value
 
 @dataclass(frozen=True)
 class Inputs:
+    """What an ``accept`` run opened: the checkpoints and the tokenised workloads."""
+
     checkpoints: tuple[Checkpoint, ...]
     """The checkpoint, then the compared one."""
     analyses: tuple[MtpAnalysis, ...]
@@ -45,6 +47,7 @@ def _check_vocab(workload: Workload, ckpt: Checkpoint) -> None:
 def open_inputs(options: AcceptOptions) -> Inputs:
     """Open both checkpoints and tokenise every workload; a token id outside a checkpoint's
     vocabulary is refused (exit 2) before any model or engine starts."""
+    assert options.checkpoint is not None  # only ``accept --server`` runs without CKPT
     paths = [options.checkpoint] + ([options.compare] if options.compare is not None else [])
     ckpts = tuple(open_checkpoint(p, options.trust_pickle) for p in paths)
     analyses = tuple(analyse(c.config, c.tensors, c.config_path) for c in ckpts)

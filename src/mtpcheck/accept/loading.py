@@ -17,6 +17,7 @@ from mtpcheck.accept.head import (
     build_head,
     drafter_layouts,
 )
+from mtpcheck.dtypes import COMPUTE_DTYPES, torch_name
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import ChainHidden, analyse
 from mtpcheck.formats import open_checkpoint
@@ -26,7 +27,10 @@ from mtpcheck.model import (
 )
 from mtpcheck.torch_threads import configure_torch_threads
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    torch_name(c): getattr(torch, torch_name(c)) for c in COMPUTE_DTYPES
+}
+"""The compute dtypes, by their torch name (``accept --dtype``, a config's ``dtype``)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ def model_directory(ckpt: Checkpoint) -> Path:
 
 
 def resolve_device(device: str) -> torch.device:
+    """The torch device ``--device`` names; an error for CUDA where torch has none."""
     if device == "cuda" and not torch.cuda.is_available():
         raise MtpcheckError("--device cuda: no CUDA device is available to torch")
     return torch.device(device)
@@ -99,7 +104,7 @@ def load_main_model(
     try:
         with quiet_transformers():
             config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-            auto = AutoModelForCausalLM
+            auto: Any = AutoModelForCausalLM
             if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
                 auto = AutoModelForImageTextToText
             placed = (

@@ -75,10 +75,12 @@ class SequenceCounts:
 
 
 def greedy_rate(counts: Sequence[SequenceCounts]) -> Estimate:
+    """Greedy acceptance pooled over positions, with its interval over sequences."""
     return ratio_estimate([c.greedy_hits for c in counts], [c.positions for c in counts])
 
 
 def alpha_rate(counts: Sequence[SequenceCounts]) -> Estimate:
+    """Alpha pooled over positions, with its interval over sequences."""
     return ratio_estimate([c.alpha_sum for c in counts], [c.positions for c in counts])
 
 

@@ -29,6 +29,8 @@ from mtpcheck.errors import MtpcheckError
 
 @dataclass
 class Step:
+    """One drafting step of transformers' MTP candidate generator."""
+
     sequence: int
     position: int
     """Length of the input when drafting: the first draft proposes the token at this index."""
@@ -39,6 +41,8 @@ class Step:
 
 @dataclass
 class Generated:
+    """What ``generate(use_mtp=True)`` produced, and its drafting steps."""
+
     sequences: list[list[int]]
     steps: list[Step] = field(default_factory=list)
     k: int = 1
@@ -52,7 +56,7 @@ def _recording(steps: list[Step], sequence: int) -> Iterator[None]:
 
     get, update = generator.get_candidates, generator.update_candidate_strategy
 
-    def get_candidates(self: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
+    def get_candidates(self: Any, input_ids: Any, **kwargs: Any) -> Any:
         candidates, logits = get(self, input_ids, **kwargs)
         position = input_ids.shape[1]
         if candidates.shape[1] > position:
@@ -65,7 +69,7 @@ def _recording(steps: list[Step], sequence: int) -> Iterator[None]:
             steps[-1].counted = int(num_matches)
         return update(self, input_ids, scores, num_matches)
 
-    generator.get_candidates = get_candidates  # type: ignore[method-assign]
+    generator.get_candidates = get_candidates  # type: ignore[method-assign,assignment,unused-ignore]
     generator.update_candidate_strategy = update_candidate_strategy  # type: ignore[method-assign]
     try:
         yield

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtpcheck.accept.vllm_engine import VllmSettings
+from mtpcheck.model.modes import DraftRule, OnlineEngine
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class ServerOptions:
 
 @dataclass(frozen=True)
 class AcceptOptions:
+    """Everything one ``accept`` run measures and how; built by :func:`mtpcheck.api.accept`."""
+
     checkpoint: Path | None
     """None only with ``server`` (``accept --server`` without CKPT)."""
     workloads: tuple[tuple[str, Path], ...]
@@ -44,11 +47,11 @@ class AcceptOptions:
     """Also run real draft-then-verify decoding (``accept --online``)."""
     prompt_tokens: int = 9
     new_tokens: int = 40
-    online_engine: str = "mtpcheck"
+    online_engine: OnlineEngine = OnlineEngine.MTPCHECK
     """``mtpcheck`` (this package's loop) or ``transformers`` (``generate(use_mtp=True)``)."""
     depths: int | None = None
     """Chain at most this many MTP layers (k); all the checkpoint holds by default."""
-    draft_rule: str = "engine"
+    draft_rule: DraftRule = DraftRule.ENGINE
     """How --online drafts: ``engine`` (vLLM's rule: :mod:`mtpcheck.accept.engine_rule`) or
     ``training`` (every depth over every slot, drafts sampled from q, as megatron-core
     trains: :func:`mtpcheck.accept.online.speculative_decode`)."""

@@ -78,7 +78,8 @@ def write_plot(report: Report, path: Path) -> None:
         )
         dots = [(x, b.dot) for x, b in zip(xs, row, strict=True) if b.dot is not None]
         if dots:
-            ax.scatter(*zip(*dots, strict=True), color="black", marker="D", s=14, zorder=3)
+            dot_xs, dot_ys = zip(*dots, strict=True)
+            ax.scatter(dot_xs, dot_ys, color="black", marker="D", s=14, zorder=3)
         for x, b in zip(xs, row, strict=True):
             if b.drafter:
                 value = b.value.value

@@ -12,34 +12,44 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from mtpcheck.accept.copies import COPIES_TITLE, copies_finding
+import torch
+
+from mtpcheck.accept.copies import copies_finding
 from mtpcheck.accept.device_map import resolve_device_map
 from mtpcheck.accept.gating import chain_result, describe_delta, finding, result
-from mtpcheck.accept.head import (
-    drafter_layouts,
-)
-from mtpcheck.accept.inputs import open_inputs
-from mtpcheck.accept.loading import load_drafter, resolve_device
-from mtpcheck.accept.metrics import (
-    SequenceCounts,
-    paired_difference,
-)
+from mtpcheck.accept.head import HeadLayout, drafter_layouts
+from mtpcheck.accept.inputs import Inputs, open_inputs
+from mtpcheck.accept.loading import Drafter, load_drafter, resolve_device
+from mtpcheck.accept.metrics import SequenceCounts, paired_difference
 from mtpcheck.accept.online import measure_online
 from mtpcheck.accept.options import AcceptOptions
+from mtpcheck.accept.report import compared_finding, input_summaries, workload_checks
 from mtpcheck.accept.scoring import measure
 from mtpcheck.errors import MtpcheckError
-from mtpcheck.families import ChainHidden, summarise
+from mtpcheck.families import ChainHidden
 from mtpcheck.model import (
     AcceptanceDelta,
     AcceptanceResult,
-    CheckResult,
+    Checkpoint,
     Finding,
     OnlineAcceptance,
     Report,
-    Status,
 )
+from mtpcheck.model.modes import DraftRule, OnlineEngine
 from mtpcheck.ticker import Ticker
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What the checkpoints' passes gathered, reference checkpoint first."""
+
+    counts: list[dict[str, list[SequenceCounts]]] = field(default_factory=list)
+    """Per checkpoint: the depth-1 counters of each workload, per sequence."""
+    results: list[AcceptanceResult] = field(default_factory=list)
+    online: list[OnlineAcceptance] = field(default_factory=list)
 
 
 def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: None) -> Report:
@@ -53,102 +63,133 @@ def run_accept(options: AcceptOptions, log: Callable[[str], None] = lambda _: No
     device = resolve_device(options.device)
     device_map = resolve_device_map(options.device_map)
     inputs = open_inputs(options)
-    ckpts, analyses, workloads = inputs.checkpoints, inputs.analyses, inputs.workloads
+    ckpts, analyses = inputs.checkpoints, inputs.analyses
     chain = ChainHidden(options.chain) if options.chain else None
     layouts = [drafter_layouts(c, a, chain) for c, a in zip(ckpts, analyses, strict=True)]
 
-    labels = inputs.labels
-    all_counts: list[dict[str, list[SequenceCounts]]] = []
-    results: list[AcceptanceResult] = []
-    online: list[OnlineAcceptance] = []
-    for ckpt, layout, label in zip(ckpts, layouts, labels, strict=False):
-        note = layout if isinstance(layout, str) else ""
+    measured = _Measured()
+    for ckpt, layout, label in zip(ckpts, layouts, inputs.labels, strict=False):
         drafter = None
-        if not isinstance(layout, str):
-            started = time.monotonic()
-            chained = options.depths
-            reuses = options.online and options.draft_rule == "engine"
-            if reuses and options.online_engine == "mtpcheck" and chained is not None:
-                chained = min(chained, len(layout))  # deeper online drafts reuse the layers
-            drafter = load_drafter(ckpt, layout, device, options.dtype, chained, device_map)
-            seconds = time.monotonic() - started
-            depths = drafter.chain.depths
-            chained = (
-                f"{depths} MTP layers chained ({drafter.chain.chain_hidden.value} hidden state)"
-                if depths > 1
-                else "MTP head"
-            )
-            log(f"{label}{ckpt.path}: model and {chained} loaded in {seconds:.1f} s")
+        if isinstance(layout, str):
+            log(f"{label}{ckpt.path}: no drafter ({layout})")
         else:
-            log(f"{label}{ckpt.path}: no drafter ({note})")
-        per_workload = {}
-        for workload in workloads:
-            positions = sum(max(0, len(ids) - 1) for ids in workload.sequences)
-            ticker = (
-                Ticker(f"{label}scoring {workload.name}", positions, log, unit="tokens")
-                if drafter is not None
-                else None
-            )
-            counts, chained = measure(drafter, workload, options.temperature, ticker)
-            per_workload[workload.name] = counts
-            chain = (
-                chain_result(chained, drafter.chain.chain_hidden)
-                if chained and drafter is not None
-                else None
-            )
-            results.append(result(ckpt.path, workload, counts, options.temperature, note, chain))
-            if options.online and drafter is not None:
-                started = time.monotonic()
-                online.append(measure_online(drafter, workload, options, ckpt.path))
-                log(
-                    f"{label}{workload.name}: online draft-then-verify, {online[-1].drafts} "
-                    f"drafts in {time.monotonic() - started:.1f} s"
-                )
-        all_counts.append(per_workload)
+            drafter = _load(ckpt, layout, label, device, device_map, options, log)
+        note = layout if isinstance(layout, str) else ""
+        _measure_checkpoint(drafter, ckpt.path, note, label, inputs, options, measured, log)
         del drafter
 
-    deltas: list[AcceptanceDelta] = []
-    if len(ckpts) == 2:
-        for workload in workloads:
-            a, b = (c[workload.name] for c in all_counts)
-            greedy, alpha = paired_difference(a, b)
-            deltas.append(
-                AcceptanceDelta(workload.name, greedy, alpha, tokens_per_pass=alpha.value)
-            )
-
+    deltas = _deltas(inputs, measured.counts)
     served = [f for c, a in zip(ckpts, analyses, strict=True) for f in copies_finding(c, a)]
-    checks = []
-    for workload in workloads:
-        declared = {c.path: a.declared.value for c, a in zip(ckpts, analyses, strict=True)}
-        findings = [
-            finding(r, options.min_acceptance, declared.get(r.checkpoint))
-            for r in results
-            if r.workload == workload.name
-        ]
-        findings += [
-            Finding(
-                "B - A",
-                Status.INFO,
-                describe_delta(d),
-                {"alpha": d.alpha.value, "greedy": d.greedy.value},
-            )
-            for d in deltas
-            if d.workload == workload.name
-        ]
-        checks.append(
-            CheckResult(
-                f"acceptance/{workload.name}",
-                f"MTP acceptance on workload {workload.name}",
-                tuple(findings),
-            )
-        )
-    if served:
-        checks.append(CheckResult("served-copies", COPIES_TITLE, tuple(served)))
+    declared = {c.path: a.declared.value for c, a in zip(ckpts, analyses, strict=True)}
+    findings = {
+        w.name: _workload_findings(w.name, measured.results, deltas, declared, options)
+        for w in inputs.workloads
+    }
     return Report(
         command="accept",
-        inputs=tuple(summarise(c, a) for c, a in zip(ckpts, analyses, strict=True)),
-        checks=tuple(checks),
-        acceptance=tuple(results),
+        inputs=input_summaries(inputs),
+        checks=workload_checks(inputs, "MTP acceptance", findings, served),
+        acceptance=tuple(measured.results),
         acceptance_deltas=tuple(deltas),
-        online=tuple(online),
+        online=tuple(measured.online),
     )
+
+
+def _load(
+    ckpt: Checkpoint,
+    layout: tuple[HeadLayout, ...],
+    label: str,
+    device: torch.device,
+    device_map: str | dict[str, Any] | None,
+    options: AcceptOptions,
+    log: Callable[[str], None],
+) -> Drafter:
+    """The main model and the MTP layers ``--depths`` chains (fewer where the online engine
+    rule reuses the layers for deeper drafts)."""
+    started = time.monotonic()
+    chained = options.depths
+    reuses = options.online and options.draft_rule == DraftRule.ENGINE
+    if reuses and options.online_engine == OnlineEngine.MTPCHECK and chained is not None:
+        chained = min(chained, len(layout))  # deeper online drafts reuse the layers
+    drafter = load_drafter(ckpt, layout, device, options.dtype, chained, device_map)
+    seconds = time.monotonic() - started
+    depths = drafter.chain.depths
+    loaded = (
+        f"{depths} MTP layers chained ({drafter.chain.chain_hidden.value} hidden state)"
+        if depths > 1
+        else "MTP head"
+    )
+    log(f"{label}{ckpt.path}: model and {loaded} loaded in {seconds:.1f} s")
+    return drafter
+
+
+def _measure_checkpoint(
+    drafter: Drafter | None,
+    path: str,
+    note: str,
+    label: str,
+    inputs: Inputs,
+    options: AcceptOptions,
+    measured: _Measured,
+    log: Callable[[str], None],
+) -> None:
+    """Every workload on one checkpoint (all zeros without a drafter; ``note`` says why):
+    the teacher-forced figures and, with ``--online``, the draft-then-verify loop's."""
+    per_workload = {}
+    for workload in inputs.workloads:
+        positions = sum(max(0, len(ids) - 1) for ids in workload.sequences)
+        ticker = (
+            Ticker(f"{label}scoring {workload.name}", positions, log, unit="tokens")
+            if drafter is not None
+            else None
+        )
+        counts, chained = measure(drafter, workload, options.temperature, ticker)
+        per_workload[workload.name] = counts
+        chain = (
+            chain_result(chained, drafter.chain.chain_hidden)
+            if chained and drafter is not None
+            else None
+        )
+        measured.results.append(result(path, workload, counts, options.temperature, note, chain))
+        if options.online and drafter is not None:
+            started = time.monotonic()
+            measured.online.append(measure_online(drafter, workload, options, path))
+            log(
+                f"{label}{workload.name}: online draft-then-verify, {measured.online[-1].drafts} "
+                f"drafts in {time.monotonic() - started:.1f} s"
+            )
+    measured.counts.append(per_workload)
+
+
+def _deltas(inputs: Inputs, counts: list[dict[str, list[SequenceCounts]]]) -> list[AcceptanceDelta]:
+    """``--compare``: B - A per workload, paired over sequences."""
+    if len(inputs.checkpoints) != 2:
+        return []
+    deltas = []
+    for workload in inputs.workloads:
+        a, b = (c[workload.name] for c in counts)
+        greedy, alpha = paired_difference(a, b)
+        deltas.append(AcceptanceDelta(workload.name, greedy, alpha, tokens_per_pass=alpha.value))
+    return deltas
+
+
+def _workload_findings(
+    workload: str,
+    results: list[AcceptanceResult],
+    deltas: list[AcceptanceDelta],
+    declared: dict[str, int | None],
+    options: AcceptOptions,
+) -> list[Finding]:
+    """One workload's findings: each checkpoint's figures against ``--min-acceptance``, then
+    B - A."""
+    findings = [
+        finding(r, options.min_acceptance, declared.get(r.checkpoint))
+        for r in results
+        if r.workload == workload
+    ]
+    findings += [
+        compared_finding(describe_delta(d), {"alpha": d.alpha.value, "greedy": d.greedy.value})
+        for d in deltas
+        if d.workload == workload
+    ]
+    return findings

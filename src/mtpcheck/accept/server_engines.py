@@ -58,6 +58,8 @@ class Counters:
 
 @dataclass(frozen=True)
 class ServingEngine:
+    """One serving engine: where its speculative-decoding figures live."""
+
     key: str
     """What ``--server-engine`` takes."""
     title: str
@@ -95,18 +97,26 @@ def _vllm_request(response: Mapping[str, Any]) -> ServedRequest | None:
     )
 
 
+def _spec_decode_counters(prefix: str, requests: str | None, generated: str) -> Counters:
+    """vLLM's speculative-decoding counters (``vllm/v1/spec_decode/metrics.py``) under
+    ``prefix``: ``spec_decode_num_drafts_total`` and its kin, per position by ``position``."""
+    return Counters(
+        drafts=f"{prefix}spec_decode_num_drafts_total",
+        draft_tokens=f"{prefix}spec_decode_num_draft_tokens_total",
+        accepted_tokens=f"{prefix}spec_decode_num_accepted_tokens_total",
+        accepted_per_position=f"{prefix}spec_decode_num_accepted_tokens_per_pos_total",
+        position_label="position",
+        requests=requests,
+        generated_tokens=generated,
+    )
+
+
 VLLM = ServingEngine(
     key="vllm",
     title="vLLM",
     metric_prefix="vllm:",
-    counters=Counters(
-        drafts="vllm:spec_decode_num_drafts_total",
-        draft_tokens="vllm:spec_decode_num_draft_tokens_total",
-        accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
-        accepted_per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total",
-        position_label="position",
-        requests="vllm:request_success_total",
-        generated_tokens="vllm:generation_tokens_total",
+    counters=_spec_decode_counters(
+        "vllm:", requests="vllm:request_success_total", generated="vllm:generation_tokens_total"
     ),
     per_request=_vllm_request,
     per_request_how="vllm serve --per-request-spec-decode-metrics summary",
@@ -187,14 +197,9 @@ LLAMACPP = ServingEngine(
     key="llamacpp",
     title="llama.cpp",
     metric_prefix="llamacpp:",
-    counters=Counters(
-        drafts="llamacpp:spec_decode_num_drafts_total",
-        draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
-        accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
-        accepted_per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
-        position_label="position",
-        requests=None,
-        generated_tokens="llamacpp:tokens_predicted_total",
+    # llama-server names its counters after vLLM's
+    counters=_spec_decode_counters(
+        "llamacpp:", requests=None, generated="llamacpp:tokens_predicted_total"
     ),
     # a response's timings.draft_n / draft_n_accepted are totals: the positions and the
     # verify steps live only in /metrics, read request by request

@@ -6,6 +6,7 @@ the checkpoint has; a server at it with a low figure has a drafter that earns li
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from mtpcheck.accept.options import AcceptOptions
 from mtpcheck.accept.server_requests import Prompt
@@ -37,19 +38,19 @@ def expectations(
     drafter = load_drafter(ckpt, layout, resolve_device(options.device), options.dtype, None,
                            None)  # fmt: skip
     family = FAMILY_BY_NAME[drafter.family]
-    out = []
+    out: list[tuple[Share, ...]] = []
     for batch, figure in zip(prompts, figures, strict=True):
         if not figure.by_position or figure.k is None:
             out.append(())
             continue
         decoded = engine_decode(
             drafter,
-            [list(p) for p in batch],  # type: ignore[arg-type]  (token ids with CKPT)
+            [list(cast(list[int], p)) for p in batch],  # token ids with CKPT
             options.new_tokens,
             figure.k,
-            family.engine_first_state,
-            family.engine_zeroes_position0,
-            bool(family.copies),
+            family.serving.first_state,
+            family.serving.zeroes_position0,
+            bool(family.layout.copies),
             options.temperature,
         )
         steps = [0] * len(batch)

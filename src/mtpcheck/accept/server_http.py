@@ -41,15 +41,19 @@ class Server:
         return Server(base, timeout)
 
     def url(self, path: str) -> str:
+        """The full URL of ``path`` on the server."""
         return self.base + path
 
     def get_text(self, path: str) -> str:
+        """The body of a GET of ``path``."""
         return self._send(urllib.request.Request(self.url(path), method="GET"))
 
     def get_json(self, path: str) -> Any:
+        """The JSON body of a GET of ``path``."""
         return self._decode(path, self.get_text(path))
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """The JSON answer to ``body`` posted to ``path``."""
         request = urllib.request.Request(
             self.url(path),
             data=json.dumps(body).encode("utf-8"),
@@ -70,7 +74,8 @@ class Server:
         url = request.full_url
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read().decode("utf-8", errors="replace")
+                text: str = response.read().decode("utf-8", errors="replace")
+                return text
         except urllib.error.HTTPError as e:
             raise ServerError(url, f"HTTP {e.code} {e.reason}{_said(e)}") from e
         except urllib.error.URLError as e:

@@ -17,12 +17,15 @@ from mtpcheck.accept.server_metrics import Reading, scrape
 
 @dataclass(frozen=True)
 class Served:
+    """The engine a server runs, its version and the model it serves."""
+
     engine: ServingEngine
     version: str
     model: str
 
     @property
     def title(self) -> str:
+        """The engine and its version, e.g. ``vLLM 0.32.0``."""
         return f"{self.engine.title} {self.version}"
 
 
@@ -71,7 +74,7 @@ def _model(server: Server, given: str | None) -> str:
         return given
     listing = server.get_json("/v1/models")
     models = listing.get("data") if isinstance(listing, dict) else None
-    ids = [m.get("id") for m in models or [] if isinstance(m, dict) and m.get("id")]
+    ids = [str(m["id"]) for m in models or [] if isinstance(m, dict) and m.get("id")]
     if not ids:
         raise ServerError(server.url("/v1/models"), "lists no model; name one with --server-model")
     if len(ids) > 1:

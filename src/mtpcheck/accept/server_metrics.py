@@ -23,6 +23,7 @@ class Reading:
 
     @staticmethod
     def parse(text: str, where: str) -> Reading:
+        """The samples of Prometheus exposition ``text`` (``where``: the page, for errors)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         samples: dict[str, list[tuple[Mapping[str, str], float]]] = defaultdict(list)
@@ -35,9 +36,11 @@ class Reading:
         return Reading({name: tuple(values) for name, values in samples.items()})
 
     def names(self) -> frozenset[str]:
+        """Every sample name of the scrape."""
         return frozenset(self.samples)
 
     def has(self, name: str) -> bool:
+        """Whether the scrape holds the sample ``name``."""
         return name in self.samples
 
     def total(self, name: str) -> float:

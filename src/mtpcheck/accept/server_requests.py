@@ -47,7 +47,7 @@ class Sent:
 
 def completion_body(
     engine: ServingEngine, model: str, prompt: Prompt, new_tokens: int, temperature: float
-) -> dict:
+) -> dict[str, Any]:
     """One OpenAI completions request: token ids where we have them, text otherwise; a fixed
     seed, so that a sampled run repeats where the engine honours it; whatever the engine
     needs asked to return its per-request figures."""
@@ -62,7 +62,7 @@ def completion_body(
     }
 
 
-def _complete(server: Server, body: dict) -> dict[str, Any]:
+def _complete(server: Server, body: dict[str, Any]) -> dict[str, Any]:
     answer = server.post_json("/v1/completions", body)
     if not isinstance(answer, dict) or not isinstance(answer.get("usage"), dict):
         raise ServerError(
@@ -199,7 +199,7 @@ def _undrafted(answer: dict[str, Any]) -> ServedRequest:
 
 
 def _all_at_once(
-    server: Server, bodies: list[dict], concurrency: int, progress: Callable[[int], None]
+    server: Server, bodies: list[dict[str, Any]], concurrency: int, progress: Callable[[int], None]
 ) -> list[dict[str, Any]]:
     """Up to ``concurrency`` requests in flight, the first wave released together: an engine
     batches what arrives together, and its figures can depend on the batches (a fresh vLLM
@@ -223,7 +223,7 @@ def _all_at_once(
 def _one_by_one(
     server: Server,
     engine: ServingEngine,
-    bodies: list[dict],
+    bodies: list[dict[str, Any]],
     before: Reading,
     progress: Callable[[int], None],
 ) -> Sent:
@@ -265,8 +265,8 @@ def _cross_check(
         )
     total = from_counters(engine, before, after, 0, where)
     sums = _summed(requests)
-    mine = (sums.drafts, sums.draft_tokens, sums.accepted_tokens)
-    theirs = (total.drafts, total.draft_tokens, total.accepted_tokens)
+    mine: tuple[int | None, ...] = (sums.drafts, sums.draft_tokens, sums.accepted_tokens)
+    theirs: tuple[int | None, ...] = (total.drafts, total.draft_tokens, total.accepted_tokens)
     if total.drafts is None:
         mine = mine[1:]
         theirs = theirs[1:]

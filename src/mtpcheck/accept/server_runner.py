@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import cast
 
 from mtpcheck.accept.options import AcceptOptions, ServerOptions
 from mtpcheck.accept.server_engines import ServedRequest
 from mtpcheck.accept.server_http import Server
 from mtpcheck.accept.server_identity import Served, identify
+from mtpcheck.accept.server_profile import Held
 from mtpcheck.accept.server_requests import Prompt, Sent, send_workload
 from mtpcheck.accept.server_verdicts import workload_check
 from mtpcheck.accept.stats import ratio_estimate, ratio_share
@@ -39,7 +41,8 @@ def summarise_workload(
     if counted and k and all(p is not None for p in per_position):
         padded = [tuple(p) + (0,) * (k - len(p)) for p in per_position if p is not None]
         positions = tuple(sum(p[i] for p in padded) for i in range(k))
-        by_position = tuple(ratio_share([p[i] for p in padded], steps) for i in range(k))  # type: ignore[misc]
+        known = cast(list[int], steps)  # all counted
+        by_position = tuple(ratio_share([p[i] for p in padded], known) for i in range(k))
     drafts = sum(s for s in steps if s is not None) if counted else None
     if k is None and drafts:
         whole, rest = divmod(sum(r.draft_tokens for r in rs), drafts)
@@ -160,7 +163,8 @@ def _report(
 ) -> Report:
     from mtpcheck.accept.server_profile import hold_to_profile, load_profile, save_profile
 
-    held, absent = [], []
+    held: list[Held] = []
+    absent: list[str] = []
     if settings.profile is not None:
         profile = load_profile(settings.profile)
         held, absent = hold_to_profile(results, profile, settings.profile)

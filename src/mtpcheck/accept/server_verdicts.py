@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mtpcheck.accept.server_profile import Held
 from mtpcheck.accept.stats import Shortfall, shortfall, shown
@@ -28,7 +29,7 @@ def describe(r: ServerAcceptance) -> str:
     )
 
 
-def _details(r: ServerAcceptance) -> dict:
+def _details(r: ServerAcceptance) -> dict[str, Any]:
     return {
         "engine": r.engine,
         "k": r.k,
@@ -124,6 +125,7 @@ def profile_findings(
     profile: Path | None,
     comparisons: int,
 ) -> list[Finding]:
+    """The workload's figures held to a saved profile (``--profile``)."""
     if profile is None:
         return []
     if absent:
@@ -161,6 +163,7 @@ def workload_check(
     profile: Path | None,
     comparisons: int,
 ) -> CheckResult:
+    """The check of one workload the server ran."""
     findings = [figures_finding(r, min_acceptance)]
     if note:
         findings.append(Finding(r.server, Status.INFO, note))

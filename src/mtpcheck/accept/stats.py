@@ -163,6 +163,7 @@ class Shortfall:
 
     @property
     def falls_short(self) -> bool:
+        """Whether the drop fails: significant, or any drop where no error is known."""
         if self.p_value is None:
             return self.measured < self.reference
         return self.p_value < self.threshold

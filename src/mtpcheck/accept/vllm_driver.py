@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 MIN_VERSION = (0, 32)
 """The first vLLM whose per-request spec-decode metrics this driver reads."""
@@ -45,7 +46,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _import_vllm():
+def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError as e:
@@ -60,11 +61,16 @@ def _import_vllm():
     return vllm
 
 
-def _snapshot(llm) -> dict:
+def _snapshot(llm: Any) -> dict[str, Any]:
     """The spec-decode counters of one metrics snapshot, summed over engines."""
     from vllm.v1.metrics.reader import Counter, Vector
 
-    out: dict = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "accepted_per_pos": []}
+    out: dict[str, Any] = {
+        "drafts": 0,
+        "draft_tokens": 0,
+        "accepted_tokens": 0,
+        "accepted_per_pos": [],
+    }
     found = set()
     for metric in llm.get_metrics():
         for key, name in METRICS.items():
@@ -82,7 +88,7 @@ def _snapshot(llm) -> dict:
     return out
 
 
-def _difference(before: dict, after: dict) -> dict:
+def _difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     per_pos = list(after["accepted_per_pos"])
     for i, value in enumerate(before["accepted_per_pos"]):
         per_pos[i] -= value
@@ -110,7 +116,9 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}".rstrip(": ")
 
 
-def run(request: dict) -> dict:
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Generate for every prompt of ``request`` with MTP speculative decoding: each
+    request's output and per-step figures, and the counters' change over the run."""
     vllm = _import_vllm()
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -164,7 +172,7 @@ def run(request: dict) -> dict:
     for out in outputs:
         completion = out.outputs[0]
         metrics = completion.spec_decode_metrics
-        entry = {"generated": [int(t) for t in completion.token_ids]}
+        entry: dict[str, Any] = {"generated": [int(t) for t in completion.token_ids]}
         if metrics is not None:
             d = metrics.to_dict()
             entry["histogram"] = [int(v) for v in d["acceptance_histogram"]]
@@ -182,6 +190,7 @@ def run(request: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    """``vllm_driver.py REQUEST.json RESULT.json``: the exit code (2: bad usage or vLLM failed)."""
     if len(argv) != 3:
         print("usage: vllm_driver.py REQUEST.json RESULT.json", file=sys.stderr)
         return 2

@@ -47,6 +47,7 @@ class VllmSettings:
 
     @property
     def parallel(self) -> str:
+        """How vLLM is spread, e.g. ``tp=8 pp=2``."""
         return f"tp={self.tensor_parallel_size} pp={self.pipeline_parallel_size}"
 
 
@@ -61,10 +62,12 @@ class EngineRequest:
 
     @property
     def steps(self) -> int:
+        """Verify steps that carried drafts."""
         return len(self.accepted_per_step)
 
     @property
     def accepted(self) -> int:
+        """Drafts accepted over all steps."""
         return sum(self.accepted_per_step)
 
     def reached(self, position: int) -> int:
@@ -74,14 +77,21 @@ class EngineRequest:
 
 @dataclass(frozen=True)
 class EngineRun:
+    """One vLLM run over every prompt: its global speculative-decoding counters (which the
+    per-request figures must add up to) and each request."""
+
     version: str
+    """vLLM's version, as it reports it."""
     k: int
+    requests: tuple[EngineRequest, ...]
+    seconds: float
+    """The time vLLM's parts took, together."""
     drafts: int
+    """Verify steps that carried drafts, all requests together."""
     draft_tokens: int
     accepted_tokens: int
     accepted_per_position: tuple[int, ...]
-    requests: tuple[EngineRequest, ...]
-    seconds: float
+    """Per position 1..k: steps whose first i drafts were all accepted."""
 
 
 def parse_vllm_arg(spec: str) -> tuple[str, Any]:

@@ -18,7 +18,7 @@ _STRUCTURAL = (
     "tie_word_embeddings",
 )
 MTP_COUNT_KEYS = tuple(
-    sorted({k for f in FAMILIES for k in f.count_keys} | set(GENERIC_COUNT_KEYS))
+    sorted({k for f in FAMILIES for k in f.count.keys} | set(GENERIC_COUNT_KEYS))
 )
 
 HIGHLIGHTED = frozenset(

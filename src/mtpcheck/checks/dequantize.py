@@ -53,7 +53,9 @@ def _part(ckpt: Checkpoint, param: LogicalParam, role: Role) -> str | None:
     return name if name is not None and name in ckpt.tensors else None
 
 
-def _expand(scale: np.ndarray, rows: slice, shape: tuple[int, int], block: tuple[int, ...] | None):
+def _expand(
+    scale: np.ndarray, rows: slice, shape: tuple[int, int], block: tuple[int, ...] | None
+) -> np.ndarray:
     """``scale`` (per tensor, channel, group or block) broadcast over ``rows`` of a matrix."""
     out, cols = shape
     s = scale.reshape(1, 1) if scale.size == 1 else scale.reshape(scale.shape[0], -1)
@@ -64,7 +66,8 @@ def _expand(scale: np.ndarray, rows: slice, shape: tuple[int, int], block: tuple
     col_index = np.arange(cols) // bi
     if row_index.max(initial=0) >= r or col_index.max(initial=0) >= c:
         raise NotDequantized(f"a scale of shape {list(scale.shape)} does not cover {list(shape)}")
-    return s[row_index][:, col_index]
+    expanded: np.ndarray = s[row_index][:, col_index]
+    return expanded
 
 
 def _fp8_steps(codes: np.ndarray, code: str) -> np.ndarray:
@@ -72,7 +75,8 @@ def _fp8_steps(codes: np.ndarray, code: str) -> np.ndarray:
     layout = DTYPES[code].layout
     assert layout is not None
     exponent = (codes.astype(np.int64) >> layout.mantissa_bits) & ((1 << layout.exponent_bits) - 1)
-    return np.exp2(np.maximum(exponent, 1) - layout.bias - layout.mantissa_bits)
+    steps: np.ndarray = np.exp2(np.maximum(exponent, 1) - layout.bias - layout.mantissa_bits)
+    return steps
 
 
 def _unpack_ints(words: np.ndarray, bits: int, cols: int) -> np.ndarray:
@@ -83,7 +87,8 @@ def _unpack_ints(words: np.ndarray, bits: int, cols: int) -> np.ndarray:
     word, offset = start // 32, (start % 32).astype(np.uint64)
     joined = w[:, word] | (w[:, word + 1] << np.uint64(32))
     values = (joined >> offset) & np.uint64((1 << bits) - 1)
-    return values.astype(np.int64) - (1 << (bits - 1))
+    signed: np.ndarray = values.astype(np.int64) - (1 << (bits - 1))
+    return signed
 
 
 def _blocks(out: int) -> Iterator[slice]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
@@ -11,7 +11,7 @@ from mtpcheck.checks.main_model_checks import sides_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError
-from mtpcheck.families import analyse, summarise
+from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
     Checkpoint,
@@ -26,10 +26,15 @@ from mtpcheck.model import (
 from mtpcheck.params import Scheme, declared_scheme
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
+Measured = tuple[list[tuple[Finding, TensorComparison]], set[str]]
+"""The parameters stored differently on the two sides, each with its finding, and every
+tensor name they cover (which the tensor matcher then leaves alone)."""
 
 
 GGUF_COUNT_KEYS = ("nextn_predict_layers", "num_hidden_layers")
 """What a diff of an HF checkpoint and a GGUF file compares of their configs."""
+MEGATRON_COUNT_KEYS = ("mtp_num_layers", "num_layers")
+"""What a diff of an HF checkpoint and a Megatron one compares of their configs."""
 
 STEPS_ALLOWED = 1.0
 """Round to nearest puts every value within half a step; one step leaves room for a scale
@@ -73,22 +78,47 @@ def _dequantized(
     return finding, measured
 
 
-def _is_megatron(ckpt: Checkpoint) -> bool:
-    return ckpt.naming is Naming.MEGATRON
+def _declared_pairs(a: Checkpoint, b: Checkpoint, names: set[str], dequantize: bool) -> Measured:
+    """The parameters the two sides store in different forms of their declared quantization
+    schemes, each dequantized and measured with ``dequantize``."""
+    scheme_a, scheme_b = declared_scheme(a), declared_scheme(b)
+    found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
+    measured = [
+        _dequantized(p, a, b, scheme_a, scheme_b)
+        if dequantize
+        else (comparison_finding(p.comparison), p.comparison)
+        for p in found
+    ]
+    return measured, covered
 
 
-def align_formats(
-    a: Checkpoint, b: Checkpoint, layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
-) -> tuple[Checkpoint, Checkpoint, bool, tuple[str, ...]]:
-    """Across formats, show the HF side under Megatron names (bit-exact mapping); also the
-    names, on either side, that the mapping does not cover (a vision tower), which are not
-    compared."""
-    if Naming.GGUF in (a.naming, b.naming) and a.naming is not b.naming:
-        from mtpcheck.checks.gguf_diff import align_gguf  # numpy: only here
+def _gguf_pairs(a: Checkpoint, b: Checkpoint, names: set[str], dequantize: bool) -> Measured:
+    """HF against GGUF: the tensors the GGUF file holds in a type that loses values."""
+    from mtpcheck.checks.gguf_diff import lossy_findings  # numpy: only here
 
-        return align_gguf(a, b)
-    if _is_megatron(a) == _is_megatron(b):
-        return a, b, False, ()
+    return lossy_findings(a, b, names, dequantize, STEPS_ALLOWED)
+
+
+def _gguf_notes(a: Checkpoint, b: Checkpoint) -> tuple[Finding, ...]:
+    """HF against GGUF: what llama.cpp's converter does."""
+    from mtpcheck.checks.gguf_diff import converter_notes
+
+    return converter_notes(a, b)
+
+
+def _align_gguf(
+    a: Checkpoint, b: Checkpoint, layout: MegatronLayout
+) -> tuple[Checkpoint, Checkpoint, tuple[str, ...]]:
+    """The HF side shown under the GGUF file's names."""
+    from mtpcheck.checks.gguf_diff import align_gguf  # numpy: only here
+
+    return align_gguf(a, b)
+
+
+def _align_megatron(
+    a: Checkpoint, b: Checkpoint, layout: MegatronLayout
+) -> tuple[Checkpoint, Checkpoint, tuple[str, ...]]:
+    """The HF side shown under canonical Megatron names, as ``layout`` lays it out."""
     from mtpcheck.mapping import (  # numpy: only here
         MappingError,
         as_megatron,
@@ -96,7 +126,7 @@ def align_formats(
         mapped_families,
     )
 
-    hf, megatron = (b, a) if _is_megatron(a) else (a, b)
+    hf, megatron = (b, a) if a.naming is Naming.MEGATRON else (a, b)
     try:
         view = as_megatron(hf, layout)
     except MappingError as e:
@@ -107,7 +137,64 @@ def align_formats(
         ) from e
     planned = build_plan(hf.config, megatron.tensors, "megatron", layout)
     outside = (*view.plan.unmapped, *planned.unmapped)
-    return ((view, b) if hf is a else (a, view)) + (True, outside)
+    return (view, b, outside) if hf is a else (a, view, outside)
+
+
+def _no_notes(a: Checkpoint, b: Checkpoint) -> tuple[Finding, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """What a diff across naming schemes does, by the naming of the side that is not HF: how
+    the HF side is shown under its names, which tensors it stores differently, what of the
+    configs compares, what else it says."""
+
+    word: str
+    """The other side's format in words (``GGUF``)."""
+    config_keys: tuple[str, ...]
+    """The config keys both sides spell alike."""
+    align: Callable[
+        [Checkpoint, Checkpoint, MegatronLayout], tuple[Checkpoint, Checkpoint, tuple[str, ...]]
+    ]
+    """Both sides under one naming, and the names no rule covers (not compared)."""
+    stored_differently: Callable[[Checkpoint, Checkpoint, set[str], bool], Measured]
+    """The tensors the sides store in different forms, measured when asked (``dequantize``)."""
+    notes: Callable[[Checkpoint, Checkpoint], tuple[Finding, ...]] = _no_notes
+    """What else a diff across these formats says (the converter's choices)."""
+
+
+CROSSINGS: Mapping[Naming, Crossing] = {
+    Naming.GGUF: Crossing("GGUF", GGUF_COUNT_KEYS, _align_gguf, _gguf_pairs, _gguf_notes),
+    Naming.MEGATRON: Crossing("Megatron", MEGATRON_COUNT_KEYS, _align_megatron, _declared_pairs),
+}
+"""Each naming an HF checkpoint is compared across, the first that either side uses winning
+(a GGUF file beside a Megatron checkpoint: the GGUF rule, which refuses the pair)."""
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """Two checkpoints under one naming, ready for the tensor matcher."""
+
+    a: Checkpoint
+    b: Checkpoint
+    crossing: Crossing | None = None
+    """How the sides were brought under one naming; None when they already shared one."""
+    outside: tuple[str, ...] = ()
+    """Names, on either side, that the crossing does not cover (a vision tower)."""
+
+
+def align_formats(
+    a: Checkpoint, b: Checkpoint, layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
+) -> Aligned:
+    """Across naming schemes, show the HF side under the other side's names (bit-exact
+    mapping); also the names, on either side, that the mapping does not cover, which are not
+    compared."""
+    if a.naming is b.naming:
+        return Aligned(a, b)
+    crossing = next(c for n, c in CROSSINGS.items() if n in (a.naming, b.naming))
+    left, right, outside = crossing.align(a, b, layout)
+    return Aligned(left, right, crossing, outside)
 
 
 def _outside_finding(outside: Sequence[str], other: str) -> Finding:
@@ -118,6 +205,75 @@ def _outside_finding(outside: Sequence[str], other: str) -> Finding:
         f"{len(outside)} tensor(s) no HF <-> {other} rule covers, not compared ({few})",
         {"names": list(outside)},
     )
+
+
+def _config(sides: Aligned) -> CheckResult:
+    """The configs: across naming schemes only the keys both spell alike."""
+    a, b = sides.a, sides.b
+    if sides.crossing is not None:
+        keys = sides.crossing.config_keys
+        return config_check(
+            {k: a.config.get(k) for k in keys}, {k: b.config.get(k) for k in keys}, True, True
+        )
+    return config_check(a.config, b.config, a.config_path is not None, b.config_path is not None)
+
+
+def _scope(
+    sides: Aligned, analyses: tuple[MtpAnalysis, MtpAnalysis], all_tensors: bool
+) -> tuple[set[str], str]:
+    """The names compared, and the scope in words."""
+    a, b = sides.a, sides.b
+    if all_tensors:
+        return (set(a.tensors) | set(b.tensors)) - set(sides.outside), "all tensors"
+    names = set(analyses[0].scope(a.tensors)) | set(analyses[1].scope(b.tensors))
+    return names, "MTP scope"
+
+
+def _summary(scope: str, comparisons: Sequence[TensorComparison], quantized: int) -> Finding:
+    """How many tensors compared bit-identical (and how many are stored differently)."""
+    if not comparisons:
+        return Finding(scope, Status.SKIP, "no tensors in scope on either side")
+    equal = [c for c in comparisons if c.status is TensorStatus.EQUAL]
+    failing = any(c.status not in (TensorStatus.EQUAL, TensorStatus.QUANTIZED) for c in comparisons)
+    also = f"; {quantized} stored quantized differently" if quantized else ""
+    return Finding(
+        scope,
+        Status.PASS if not failing else Status.INFO,
+        f"{len(equal)} of {len(comparisons)} tensors bit-identical "
+        f"({sum(c.nbytes for c in equal)} bytes compared equal){also}",
+        {"tensors": len(comparisons), "equal": len(equal), "quantized": quantized},
+    )
+
+
+def _tensor_check(
+    sides: Aligned, scope: tuple[set[str], str], compare: Compare, dequantize: bool, every: bool
+) -> tuple[CheckResult, tuple[TensorComparison, ...]]:
+    """The tensor matcher over the names in ``scope``: pairs stored differently measured, the
+    rest compared bit for bit; with ``every`` (``--all``), the names left uncompared too."""
+    names, label = scope
+    a, b, crossing = sides.a, sides.b, sides.crossing
+    stored_differently = crossing.stored_differently if crossing else _declared_pairs
+    measured, covered = stored_differently(a, b, names, dequantize)
+    quantized = [c for _, c in measured]
+    pairs = [(n, n) for n in sorted(names - covered)]
+    comparisons = tuple(sorted((*compare(a, b, pairs), *quantized), key=lambda c: c.name))
+    failing = [
+        comparison_finding(c)
+        for c in comparisons
+        if c.status not in (TensorStatus.EQUAL, TensorStatus.QUANTIZED)
+    ]
+    notes = crossing.notes(a, b) if crossing else ()
+    unmapped: tuple[Finding, ...] = ()
+    if sides.outside and every and crossing is not None:
+        unmapped = (_outside_finding(sides.outside, crossing.word),)
+    findings = (
+        _summary(label, comparisons, len(quantized)),
+        *notes,
+        *unmapped,
+        *failing,
+        *(finding for finding, _ in measured),
+    )
+    return CheckResult("tensors", f"Tensor matcher ({label})", findings), comparisons
 
 
 def diff_report(
@@ -133,79 +289,23 @@ def diff_report(
     ``compare`` compares ``(a_name, b_name)`` pairs in order (the tensor matcher, or its
     sharded form under torchrun: ``mtpcheck.pipeline.distributed``).
     """
-    a, b, crossed, outside = align_formats(a, b, layout)
-    analysis_a = analyse(a.config, a.tensors, a.config_path)
-    analysis_b = analyse(b.config, b.tensors, b.config_path)
-    if all_tensors:
-        names = (set(a.tensors) | set(b.tensors)) - set(outside)
-        scope = "all tensors"
-    else:
-        names = set(analysis_a.scope(a.tensors)) | set(analysis_b.scope(b.tensors))
-        scope = "MTP scope"
-    gguf = Naming.GGUF in (a.naming, b.naming)
-    if crossed and gguf:
-        from mtpcheck.checks.gguf_diff import lossy_findings
-
-        measured, covered = lossy_findings(a, b, names, dequantize, STEPS_ALLOWED)
-    else:
-        scheme_a, scheme_b = declared_scheme(a), declared_scheme(b)
-        found, covered = quantized_pairs(a.tensors, b.tensors, names, scheme_a, scheme_b)
-        measured = [
-            _dequantized(p, a, b, scheme_a, scheme_b)
-            if dequantize
-            else (comparison_finding(p.comparison), p.comparison)
-            for p in found
-        ]
-    notes = [finding for finding, _ in measured]
-    quantized = [c for _, c in measured]
-    pairs = [(n, n) for n in sorted(names - covered)]
-    comparisons = (*compare(a, b, pairs), *quantized)
-    comparisons = tuple(sorted(comparisons, key=lambda c: c.name))
-    failing = [
-        comparison_finding(c)
-        for c in comparisons
-        if c.status not in (TensorStatus.EQUAL, TensorStatus.QUANTIZED)
-    ]
-    equal = [c for c in comparisons if c.status is TensorStatus.EQUAL]
-    also = f"; {len(quantized)} stored quantized differently" if quantized else ""
-    summary = Finding(
-        scope,
-        Status.PASS if not failing else Status.INFO,
-        f"{len(equal)} of {len(comparisons)} tensors bit-identical "
-        f"({sum(c.nbytes for c in equal)} bytes compared equal){also}",
-        {"tensors": len(comparisons), "equal": len(equal), "quantized": len(quantized)},
+    sides = align_formats(a, b, layout)
+    a, b = sides.a, sides.b
+    analyses = (
+        analyse(a.config, a.tensors, a.config_path),
+        analyse(b.config, b.tensors, b.config_path),
     )
-    if not comparisons:
-        summary = Finding(scope, Status.SKIP, "no tensors in scope on either side")
-    if crossed:
-        keys = GGUF_COUNT_KEYS if gguf else ("mtp_num_layers", "num_layers")
-        config = config_check(
-            {k: a.config.get(k) for k in keys}, {k: b.config.get(k) for k in keys}, True, True
-        )
-    else:
-        config = config_check(
-            a.config, b.config, a.config_path is not None, b.config_path is not None
-        )
-    other = "GGUF" if gguf else "Megatron"
-    notes_gguf: tuple[Finding, ...] = ()
-    if crossed and gguf:
-        from mtpcheck.checks.gguf_diff import converter_notes
-
-        notes_gguf = converter_notes(a, b)
-    unmapped = (_outside_finding(outside, other),) if outside and all_tensors else ()
+    scope = _scope(sides, analyses, all_tensors)
+    tensors, comparisons = _tensor_check(sides, scope, compare, dequantize, all_tensors)
     checks = (
         integrity_check([("A", a), ("B", b)]),
-        sides_check([("A", a, analysis_a), ("B", b, analysis_b)]),
-        config,
-        CheckResult(
-            "tensors",
-            f"Tensor matcher ({scope})",
-            (summary, *notes_gguf, *unmapped, *failing, *notes),
-        ),
+        sides_check([("A", a, analyses[0]), ("B", b, analyses[1])]),
+        _config(sides),
+        tensors,
     )
     return Report(
         command="diff",
-        inputs=(summarise(a, analysis_a), summarise(b, analysis_b)),
+        inputs=(summarise(a, analyses[0]), summarise(b, analyses[1])),
         checks=checks,
         tensors=comparisons,
     )

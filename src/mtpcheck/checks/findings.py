@@ -67,6 +67,8 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
 
 
 def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -> Finding:
+    """One tensor's comparison as a finding: equal PASS, not compared SKIP, compared in
+    quantization steps INFO, anything else FAIL; ``left`` / ``right`` name the two sides."""
     status = Status.PASS if c.status is TensorStatus.EQUAL else Status.FAIL
     if c.status is TensorStatus.NOT_COMPARED:
         status = Status.SKIP
@@ -90,6 +92,7 @@ def first_failure(checks: tuple[CheckResult, ...]) -> tuple[CheckResult, Finding
 
 
 def failing_count(checks: tuple[CheckResult, ...]) -> int:
+    """How many findings of ``checks`` fail."""
     return sum(1 for check in checks for f in check.findings if f.status is Status.FAIL)
 
 

@@ -13,9 +13,7 @@ from mtpcheck.mapping.gguf_view import as_gguf
 from mtpcheck.model import Checkpoint, Finding, Naming, Status, TensorComparison
 
 
-def align_gguf(
-    a: Checkpoint, b: Checkpoint
-) -> tuple[Checkpoint, Checkpoint, bool, tuple[str, ...]]:
+def align_gguf(a: Checkpoint, b: Checkpoint) -> tuple[Checkpoint, Checkpoint, tuple[str, ...]]:
     """The HF side shown as the GGUF file llama.cpp's converter writes from it."""
     gguf, other = (a, b) if a.naming is Naming.GGUF else (b, a)
     if other.naming is not Naming.HF:
@@ -26,7 +24,7 @@ def align_gguf(
         )
     view = as_gguf(other, gguf)
     outside = (*view.plan.unmapped, *outside_gguf(gguf.tensors))
-    return ((view, b) if other is a else (a, view)) + (True, outside)
+    return (view, b, outside) if other is a else (a, view, outside)
 
 
 def lossy_findings(

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import DTYPES, itemsize
+from mtpcheck.dtypes import DTYPES, float_layout, is_high_precision, itemsize
 from mtpcheck.model import Checkpoint, TensorComparison, TensorStatus
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ GGUF_FORMAT = "gguf"
 not one."""
 _ELEMENTS = 1 << 18
 """Elements dequantized at a time (a multiple of every block size)."""
-_FLOAT_STEPS = {"F16": (10, -14), "BF16": (7, -126)}
-"""Narrow float -> (mantissa bits, smallest normal exponent)."""
+_EXACT_BITS = 32
+"""A GGUF float this wide holds the source's values (its step: none)."""
 
 
 def _label(code: str) -> str:
@@ -75,7 +75,9 @@ class _Grid(NamedTuple):
     high: np.ndarray
 
 
-def _grid(values: np.ndarray, step: np.ndarray, ends: tuple[np.ndarray, np.ndarray]) -> _Grid:
+def _grid(
+    values: np.ndarray, step: np.ndarray, ends: tuple[np.ndarray | float, np.ndarray | float]
+) -> _Grid:
     import numpy as np
 
     shape = values.shape
@@ -140,31 +142,29 @@ def _values(raw: bytes, code: str) -> _Grid:
 
     if code in _BLOCKS:
         return _Grid(*(a.reshape(-1) for a in _BLOCKS[code](raw)))
-    if code in _FLOAT_STEPS:
-        mantissa, min_exp = _FLOAT_STEPS[code]
-        values = _reference(raw, code)
-        with np.errstate(divide="ignore"):
-            exponent = np.floor(np.log2(np.abs(values)))
-        exponent = np.where(np.isfinite(exponent), np.maximum(exponent, min_exp), min_exp)
-        return _grid(values, np.exp2(exponent - mantissa), (-np.inf, np.inf))
-    if code in ("F32", "F64"):
-        values = _reference(raw, code)
+    layout = float_layout(code)
+    if layout is None or not is_high_precision(code):
+        raise NotMeasured(f"{_label(code)} is not dequantized by mtpcheck")
+    values = _reference(raw, code)
+    if DTYPES[code].bits >= _EXACT_BITS:
         return _grid(values, np.zeros_like(values), (-np.inf, np.inf))
-    raise NotMeasured(f"{_label(code)} is not dequantized by mtpcheck")
+    # a narrow float's step: its spacing at the value (subnormals: the smallest normal's)
+    mantissa, min_exp = layout.mantissa_bits, layout.min_exponent
+    with np.errstate(divide="ignore"):
+        exponent = np.floor(np.log2(np.abs(values)))
+    exponent = np.where(np.isfinite(exponent), np.maximum(exponent, min_exp), min_exp)
+    return _grid(values, np.exp2(exponent - mantissa), (-np.inf, np.inf))
 
 
 def _reference(raw: bytes, code: str) -> np.ndarray:
     """A float tensor's values as float64 (each exactly)."""
     import numpy as np
 
-    if code == "BF16":
-        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
-        return bits.view(np.float32).astype(np.float64)
-    if code in ("F16", "F32", "F64"):
-        return np.frombuffer(raw, dtype={"F16": "<f2", "F32": "<f4", "F64": "<f8"}[code]).astype(
-            np.float64
-        )
-    raise NotMeasured(f"the full-precision side is {code}")
+    from mtpcheck.mapping.transforms import decode
+
+    if not is_high_precision(code):
+        raise NotMeasured(f"the full-precision side is {code}")
+    return decode(np.frombuffer(raw, dtype=f"<u{DTYPES[code].bits // 8}"), code)
 
 
 def _chunks(ckpt: Checkpoint, name: str, size: int) -> Iterator[bytes]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from mtpcheck.checks.findings import describe, integrity_check
@@ -24,20 +25,22 @@ from mtpcheck.model import (
     Status,
     TensorStatus,
 )
+from mtpcheck.model.checkpoint import DraftsBeside
 from mtpcheck.params import declared_scheme
 
 
 def family_check(analysis: MtpAnalysis) -> CheckResult:
+    """Which MTP family the config names, and how its drafter is shaped."""
     if analysis.family is not None:
         f = analysis.family
         if f.drafter is Drafter.SEPARATE:
             shape = "no MTP layers inside; its drafter ships as a separate checkpoint"
         elif f.drafter is Drafter.IS_DRAFTER:
             shape = "a separate drafter checkpoint, not MTP layers inside a model"
-        elif f.concat_order is ConcatOrder.SPLIT:
+        elif f.layout.concat_order is ConcatOrder.SPLIT:
             shape = "embedding and hidden state projected apart, then summed"
         else:
-            shape = f"projection concat {f.concat_order.value}"
+            shape = f"projection concat {f.layout.concat_order.value}"
         model_type = analysis.model_type or "absent"
         finding = Finding(f.key, Status.PASS, f"{f.display} (model_type {model_type}, {shape})")
     else:
@@ -75,7 +78,7 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
         if found == 0:
             what = "no MTP layers declared" if d is None else "config declares 0 MTP layers"
             finding = Finding("mtp-count", Status.PASS, f"{what} ({src}); none present")
-        elif d is None and analysis.family is not None and analysis.family.count_from_command_line:
+        elif d is None and analysis.family is not None and analysis.family.count.from_command_line:
             # the loader is told the count on its command line, so the weights are not lost,
             # only unlabelled
             finding = Finding(
@@ -120,11 +123,12 @@ def _why_incomplete(layer: MtpLayerReport) -> str:
     return f"mtp layer {layer.index} " + " and ".join(parts)
 
 
-def _with(f: Finding, details: dict[str, object]) -> Finding:
+def _with(f: Finding, details: Mapping[str, object]) -> Finding:
     return Finding(f.subject, f.status, f.message, details)
 
 
 def layers_check(analysis: MtpAnalysis) -> CheckResult:
+    """Each MTP layer present: complete, or what it lacks."""
     findings = []
     judged = analysis.family is not None
     for layer in analysis.layers:
@@ -165,7 +169,7 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
             "missing: the MTP layers draft through this main tensor"
             + (
                 ""
-                if name == analysis.family.main_shared[0]
+                if name == analysis.family.layout.main_shared[0]
                 else " (the config does not tie it to the embedding)"
             ),
         )
@@ -220,14 +224,18 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
             )
     if not findings:
         family = analysis.family
-        if family is not None and family.head_output and not family.copies:
+        if family is not None and family.layout.head_output and not family.layout.copies:
             reason = (
                 "family stores no MTP copies; each MTP layer holds its own output head (not a "
                 "copy) and reuses the main embedding"
             )
-        elif family is None or not family.copies or family.copy_policy is CopyPolicy.NONE:
+        elif (
+            family is None
+            or not family.layout.copies
+            or family.layout.copy_policy is CopyPolicy.NONE
+        ):
             reason = "family stores no MTP copies; the MTP layer reuses the main embedding and head"
-        elif family.copy_policy is CopyPolicy.REQUIRED:
+        elif family.layout.copy_policy is CopyPolicy.REQUIRED:
             reason = "no copies present (reported under mtp-layers)"
         else:
             reason = f"no copies stored (allowed for {family.display})"
@@ -237,7 +245,7 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
 
 def _with_draft_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     """A GGUF file without a nextn layer: where its draft, if one was split off, would be."""
-    drafts = getattr(ckpt, "drafts_beside", None)  # GGUF files that declare no nextn layer
+    drafts = ckpt.drafts_beside if isinstance(ckpt, DraftsBeside) else None
     if analysis.declared.value or drafts is None:
         return check
     if drafts:
@@ -252,6 +260,7 @@ def _with_draft_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis
 
 
 def inspect_report(ckpt: Checkpoint) -> Report:
+    """Build the inspect report of one checkpoint."""
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
     quantization = quantization_check(analysis, ckpt.tensors, declared_scheme(ckpt))
     checks = (

@@ -24,7 +24,7 @@ from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, read_layer
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.families import MtpAnalysis, MtpFamily, hidden_layer_count
 from mtpcheck.families.main_layout import MainLayout, main_layout
-from mtpcheck.families.name_templates import LayerNames
+from mtpcheck.families.name_templates import LayerNames, NameTemplate
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
@@ -77,11 +77,12 @@ def _top_level(
     family = analysis.family
     assert family is not None
     wanted = [
-        (family.main_shared[0], "the embedding"),
-        (family.main_norm, "the final norm"),
+        (family.layout.main_shared[0], "the embedding"),
+        (family.layout.main_norm, "the final norm"),
     ]
-    if not layout.tied and len(family.main_shared) > 1:
-        wanted.append((family.main_shared[1], "the output head (the config does not tie it)"))
+    if not layout.tied and len(family.layout.main_shared) > 1:
+        head = family.layout.main_shared[1]
+        wanted.append((head, "the output head (the config does not tie it)"))
     findings = [
         Finding(name, Status.FAIL, f"missing: {what} of the main model")
         for name, what in wanted
@@ -157,12 +158,12 @@ def _main_layers(
     """Main layers 0 .. layers - 1 that hold a tensor, leaving out the MTP layers ``inside``
     the main layers' numbering (Ling-V2 counts its MTP layer in ``num_hidden_layers``)."""
     assert layout.layers is not None
-    template = family.main_layer_prefix.replace("{k}", "{n}")
-    by_layer = LayerNames(names, template, layout.layers)
+    template = NameTemplate(family.layout.main_layer_prefix)
+    by_layer = LayerNames(names, template.text, layout.layers)
     found = {}
     for k in by_layer:
         if k not in inside:
-            prefix = family.main_layer_prefix.replace("{k}", str(k))
+            prefix = template.main_layer(k)
             found[k] = read_layer(prefix, by_layer[k], tensors, naming, layout.experts)
     return found
 
@@ -223,8 +224,8 @@ def _layer_findings(
             if not problems and len(kind_layers) == 1:
                 problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
             if problems:
-                kind = layout.kind_words(k)
-                subject = f"main layer {k}" + (f" ({kind})" if kind else "")
+                words = layout.kind_words(k)
+                subject = f"main layer {k}" + (f" ({words})" if words else "")
                 findings.append(Finding(subject, Status.FAIL, "; ".join(problems)))
     return sorted(findings, key=lambda f: int(f.subject.split()[2]))
 
@@ -234,7 +235,7 @@ def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
     the main layers' prefix: Ling-V2's remote code counts its MTP layer as a hidden layer."""
     family = analysis.family
     assert family is not None
-    head, _, _ = family.main_layer_prefix.partition("{k}")
+    head, _, _ = family.layout.main_layer_prefix.partition("{k}")
     found = set()
     for layer in analysis.layers:
         if layer.prefix.startswith(head):
@@ -365,7 +366,7 @@ def _mirrored(
     """Main layer number -> the MTP blocks mirroring it (prefix, their tensors)."""
     family = analysis.family
     assert family is not None
-    head, _, tail = family.main_layer_prefix.partition("{k}")
+    head, _, tail = family.layout.main_layer_prefix.partition("{k}")
     found: dict[int, list[tuple[str, MainLayer]]] = {}
     for block_prefix, main_prefix in analysis.mirrors:
         number = main_prefix[len(head) : len(main_prefix) - len(tail)]

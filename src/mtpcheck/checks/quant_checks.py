@@ -81,15 +81,16 @@ def quantization_check(
     return CheckResult(NAME, TITLE, tuple(findings))
 
 
-def _layer_findings(
-    index: int,
-    prefix_len: int,
-    own: list[tuple[LogicalParam, Storage, Storage | None]],
-    scheme: Scheme,
-) -> list[Finding]:
-    subject = f"mtp layer {index}"
+_Own = list[tuple[LogicalParam, Storage, Storage | None]]
+"""An MTP layer's weight matrices: each with its storage and its main-layer counterpart's."""
+
+
+def _layer_findings(index: int, prefix_len: int, own: _Own, scheme: Scheme) -> list[Finding]:
+    """One MTP layer: a FAIL for each way its storage and the declared scheme disagree (what
+    an engine then cannot load), else a PASS saying how it is stored."""
     if not own:
         return []
+    subject = f"mtp layer {index}"
 
     def short(param: LogicalParam) -> str:
         module = _module(param)
@@ -98,15 +99,53 @@ def _layer_findings(
     stored = describe_storages((short(p), s) for p, s, _ in own)
     mains = [(short(p), m) for p, _, m in own if m is not None]
     main = describe_storages(mains) if mains else None
-    undeclared = sorted(
-        _module(p) for p, s, _ in own if s.quantized and scheme.method is Method.NONE
+    findings = [
+        *_undeclared(subject, own, scheme, stored),
+        *_ignored_but_packed(subject, own, scheme, stored),
+        *_plain_but_quantized(subject, own, scheme, stored, main),
+    ]
+    if findings:
+        return findings
+    kept = sorted(short(p) for p, s, _ in own if not s.quantized)
+    return [_agreement(subject, own, scheme, (stored, main), bool(kept))]
+
+
+def _undeclared(subject: str, own: _Own, scheme: Scheme, stored: str) -> list[Finding]:
+    """Weights stored quantized under a config that declares no quantization."""
+    modules = sorted(_module(p) for p, s, _ in own if s.quantized and scheme.method is Method.NONE)
+    if not modules:
+        return []
+    message = (
+        f"{_few(modules)}: stored quantized ({stored}), but the config declares no "
+        "quantization_config, so engines build them in full precision and cannot load them"
     )
-    ignored_but_packed = sorted(
+    return [Finding(subject, Status.FAIL, message, {"modules": modules})]
+
+
+def _ignored_but_packed(subject: str, own: _Own, scheme: Scheme, stored: str) -> list[Finding]:
+    """Weights stored quantized that the declared scheme's ignore list keeps unquantized."""
+    ignored = sorted(
         (_module(p), entry)
         for p, s, _ in own
         if s.quantized and (entry := scheme.ignoring_entry(_module(p))) is not None
     )
-    plain_but_quantized = sorted(
+    if not ignored:
+        return []
+    modules = [m for m, _ in ignored]
+    entry = ignored[0][1]
+    message = (
+        f"{_few(modules)}: stored quantized ({stored}), but quantization_config ignores "
+        f"them (entry {entry!r}), so engines build them unquantized and cannot load them"
+    )
+    return [Finding(subject, Status.FAIL, message, {"modules": modules, "entry": entry})]
+
+
+def _plain_but_quantized(
+    subject: str, own: _Own, scheme: Scheme, stored: str, main: str | None
+) -> list[Finding]:
+    """Weights stored in full precision that the declared scheme quantizes, as it does their
+    quantized main-layer counterparts (no ignore entry matches them)."""
+    modules = sorted(
         _module(p)
         for p, s, m in own
         if not s.quantized
@@ -115,55 +154,33 @@ def _layer_findings(
         and scheme.method is not Method.NONE
         and scheme.ignoring_entry(_module(p)) is None
     )
-    findings = []
-    if undeclared:
-        findings.append(
-            Finding(
-                subject,
-                Status.FAIL,
-                f"{_few(undeclared)}: stored quantized ({stored}), but the config declares no "
-                "quantization_config, so engines build them in full precision and cannot load "
-                "them",
-                {"modules": undeclared},
-            )
-        )
-    if ignored_but_packed:
-        modules = [m for m, _ in ignored_but_packed]
-        entry = ignored_but_packed[0][1]
-        findings.append(
-            Finding(
-                subject,
-                Status.FAIL,
-                f"{_few(modules)}: stored quantized ({stored}), but quantization_config ignores "
-                f"them (entry {entry!r}), so engines build them unquantized and cannot load them",
-                {"modules": modules, "entry": entry},
-            )
-        )
-    if plain_but_quantized:
-        findings.append(
-            Finding(
-                subject,
-                Status.FAIL,
-                f"{_few(plain_but_quantized)}: stored {stored}, but quantization_config "
-                f"({_scheme_words(scheme)}) quantizes them as it does the main layers ({main}) "
-                "and no ignore entry matches, so engines build them quantized and cannot load "
-                "these weights",
-                {"modules": plain_but_quantized},
-            )
-        )
-    if findings:
-        return findings
+    if not modules:
+        return []
+    message = (
+        f"{_few(modules)}: stored {stored}, but quantization_config "
+        f"({_scheme_words(scheme)}) quantizes them as it does the main layers ({main}) "
+        "and no ignore entry matches, so engines build them quantized and cannot load "
+        "these weights"
+    )
+    return [Finding(subject, Status.FAIL, message, {"modules": modules})]
+
+
+def _agreement(
+    subject: str, own: _Own, scheme: Scheme, storages: tuple[str, str | None], kept: bool
+) -> Finding:
+    """How a layer whose storage agrees with the scheme is stored, beside its main layers;
+    ``kept``: some of its weights are in full precision."""
+    stored, main = storages
     if main is None:
         how = f"stored {stored}"
     elif main == stored:
         how = f"stored {stored}, like the main layers,"
     else:
         how = f"stored {stored} where the main layers are {main}"
-    kept = sorted(short(p) for p, s, _ in own if not s.quantized)
     entry = next(
         (e for p, s, _ in own if not s.quantized and (e := scheme.ignoring_entry(_module(p)))), None
     )
     said = f" under {_scheme_words(scheme)}" if scheme.method is not Method.NONE else ""
     if entry and kept:
         said += f"; kept in full precision by ignore entry {entry!r}"
-    return [Finding(subject, Status.PASS, how + said, {"storage": stored, "main": main})]
+    return Finding(subject, Status.PASS, how + said, {"storage": stored, "main": main})

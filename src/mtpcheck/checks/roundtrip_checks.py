@@ -38,6 +38,7 @@ STAGE2 = "stage 2 (Megatron -> HF)"
 
 
 def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
+    """The report's one-line summary of a checkpoint: its family, count and layers found."""
     return summarise(ckpt, analyse(ckpt.config, ckpt.tensors, ckpt.config_path))
 
 

@@ -14,13 +14,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from mtpcheck.families import MtpAnalysis
-from mtpcheck.families.serving import (
-    ENGINE_COPIES,
-    ENGINE_DEFAULTS,
-    ENGINE_LIMITS,
-    EngineDefault,
-    EngineLimit,
-)
+from mtpcheck.families.interface import Serving
+from mtpcheck.families.serving import EngineDefault, EngineLimit
 from mtpcheck.model import CheckResult, Finding, Status
 from mtpcheck.model.config_keys import text_value
 
@@ -31,29 +26,30 @@ _ABSENT = object()
 def serving_check(
     config: Mapping[str, Any], analysis: MtpAnalysis, names: Collection[str]
 ) -> CheckResult:
+    """What the serving engines known to read this family differently from transformers build
+    from its config: defaults they assume, limits they apply, stored copies they skip."""
     family = analysis.family
-    key = family.key if family is not None else ""
-    findings = [
-        *(_default(config, d, names) for d in ENGINE_DEFAULTS.get(key, ())),
-        *(_limit(config, limit) for limit in ENGINE_LIMITS.get(key, ())),
+    serving = family.serving if family is not None else Serving()
+    maybe = [
+        *(_default(config, d, names) for d in serving.defaults),
+        *(_limit(config, limit) for limit in serving.limits),
     ]
-    findings = [f for f in findings if f is not None]
+    findings = [f for f in maybe if f is not None]
     if analysis.copies:
-        for copies in ENGINE_COPIES.get(key, ()):
-            if not copies.uses_stored:
-                findings.append(
-                    Finding(
-                        "mtp copies",
-                        Status.INFO,
-                        f"{copies.engine} drafts through the main embedding and head, not the "
-                        f"MTP layer's stored copies ({copies.source})",
-                        {"engine": copies.engine},
-                    )
-                )
+        findings.extend(
+            Finding(
+                "mtp copies",
+                Status.INFO,
+                f"{copies.engine} drafts through the main embedding and head, not the "
+                f"MTP layer's stored copies ({copies.source})",
+                {"engine": copies.engine},
+            )
+            for copies in serving.stored_copies
+            if not copies.uses_stored
+        )
     if not any(f.status in (Status.FAIL, Status.WARN) for f in findings):
         known = sorted(
-            {d.engine for d in ENGINE_DEFAULTS.get(key, ())}
-            | {limit.engine for limit in ENGINE_LIMITS.get(key, ())}
+            {d.engine for d in serving.defaults} | {limit.engine for limit in serving.limits}
         )
         message = (
             f"{' and '.join(known)} {'build' if len(known) > 1 else 'builds'} what "

@@ -32,7 +32,7 @@ def _norms(family: MtpFamily) -> tuple[str, ...]:
     """Templates of the MTP-only norms known to be ``[H]``: the embedding, hidden and final
     norms of the family's MTP head, where the registry names them (a family with
     hyper-connections normalises a state several H wide)."""
-    parts = family.megatron_wrapper or family.head_parts
+    parts = family.layout.head_parts
     return (parts[0], parts[1], parts[3]) if parts else ()
 
 
@@ -40,8 +40,8 @@ def _wrapper_expectations(
     family: MtpFamily, hidden: int, name: str
 ) -> tuple[tuple[int, ...], str] | None:
     """The shape an MTP-only tensor must have, and how it follows from ``hidden``."""
-    if family.projection and matches_template(family.projection, name):
-        if family.concat_order is ConcatOrder.SPLIT:
+    if family.layout.projection and matches_template(family.layout.projection, name):
+        if family.layout.concat_order is ConcatOrder.SPLIT:
             return (hidden, hidden), f"[hidden_size, hidden_size] with hidden_size {hidden}"
         return (hidden, 2 * hidden), f"[hidden_size, 2 * hidden_size] with hidden_size {hidden}"
     for template in _norms(family):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mtpcheck.checks.widening import values_differing
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import DTYPES, FloatLayout, Kind, itemsize
+from mtpcheck.dtypes import DTYPES, Kind, is_fp8, itemsize, top_bits_of
 from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def by_metadata(
             status=status,
             dtype=(ma.dtype if ma else None, mb.dtype if mb else None),
             shape=(ma.shape if ma else None, mb.shape if mb else None),
-            nbytes=(ma or mb).nbytes if (ma or mb) else 0,
+            nbytes=meta.nbytes if (meta := ma or mb) is not None else 0,
         )
         return missing, None, None
     base = TensorComparison(
@@ -311,13 +311,14 @@ def _unravel(flat: int, shape: tuple[int, ...], byte_index: bool) -> tuple[int, 
     return tuple(reversed(index))
 
 
-def _diff_chunk(ca: bytes, cb: bytes, width: int, dtype: str) -> tuple[int, int, float | None]:
+def _diff_chunk(
+    ca: bytes | bytearray, cb: bytes | bytearray, width: int, dtype: str
+) -> tuple[int, int, float | None]:
     """Count differing elements of two equal-length chunks; context value on the side."""
     import numpy as np
 
-    uint = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[width]
-    ra = np.frombuffer(ca, dtype=uint)
-    rb = np.frombuffer(cb, dtype=uint)
+    ra = np.frombuffer(ca, dtype=f"<u{width}")
+    rb = np.frombuffer(cb, dtype=f"<u{width}")
     mask = ra != rb
     where = np.flatnonzero(mask)
     diff = _max_abs_diff(ra[mask], rb[mask], dtype)
@@ -343,39 +344,11 @@ def _max_abs_diff(ra: np.ndarray, rb: np.ndarray, dtype: str) -> float | None:
 def as_float(raw: np.ndarray, dtype: str) -> np.ndarray | None:
     """The values of ``raw`` (unsigned ints of the element width) as float64, where the
     registry says how to read them (context only: never a verdict)."""
-    import numpy as np
-
     known = DTYPES.get(dtype)
     if known is None or known.kind not in (Kind.FLOAT, Kind.INT, Kind.UINT):
         return None
-    with np.errstate(invalid="ignore"):  # signalling NaNs: quiet ones after the cast
-        if dtype == "BF16":  # the top half of a float32
-            return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        if known.numpy is not None:
-            return raw.view(known.numpy).astype(np.float64)
-    if known.layout is not None and known.bits == 8:
-        return _byte_float_table(known.layout)[raw]
-    return None
+    if known.numpy is None and top_bits_of(dtype) is None and not is_fp8(dtype):
+        return None
+    from mtpcheck.mapping.transforms import decode  # numpy: only here
 
-
-def _byte_float_table(layout: FloatLayout) -> np.ndarray:
-    """All 256 values of a one-byte float format (OCP FP8: E4M3 'fn' without infinities, or
-    E5M2 with them)."""
-    import numpy as np
-
-    exp_bits, man_bits, bias = layout.exponent_bits, layout.mantissa_bits, layout.bias
-    top = (1 << exp_bits) - 1
-    values = np.empty(256, dtype=np.float64)
-    for code in range(256):
-        sign = -1.0 if code & 0x80 else 1.0
-        exp = (code >> man_bits) & top
-        man = code & ((1 << man_bits) - 1)
-        if layout.finite_only and exp == top and man == (1 << man_bits) - 1:
-            values[code] = math.nan
-        elif not layout.finite_only and exp == top:
-            values[code] = math.inf * sign if man == 0 else math.nan
-        elif exp == 0:
-            values[code] = sign * man * 2.0 ** (1 - bias - man_bits)
-        else:
-            values[code] = sign * (1 + man / (1 << man_bits)) * 2.0 ** (exp - bias)
-    return values
+    return decode(raw, dtype)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import itemsize
+from mtpcheck.dtypes import itemsize, unpack_floats
 from mtpcheck.families import MtpAnalysis
+from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
 from mtpcheck.params import Role, logical_name, packed_modules
@@ -176,17 +177,6 @@ def _head(ckpt: Checkpoint, name: str, limit: int) -> bytes:
     return bytes(data)
 
 
-def _values(data: bytes, dtype: str) -> Sequence[float]:
-    """Float values of raw little-endian bytes, without numpy (``inspect`` stays light)."""
-    if dtype == "BF16":  # the top half of a float32
-        wide = bytearray(2 * len(data))
-        wide[2::4], wide[3::4] = data[0::2], data[1::2]
-        return memoryview(bytes(wide)).cast("f")
-    if dtype == "F16":
-        return struct.unpack(f"<{len(data) // 2}e", data)
-    return memoryview(data).cast("f")
-
-
 def _same_bytes(ckpt: Checkpoint, a: str, b: str) -> bool:
     size = 1 << 20
     left = rechunk(ckpt.read_chunks(a, size), size)
@@ -198,7 +188,8 @@ def _main_prefixes(analysis: MtpAnalysis) -> list[str]:
     family, hidden = analysis.family, analysis.num_hidden_layers
     if family is None or hidden is None:
         return sorted({m for _, m in analysis.mirrors})
-    return [family.main_layer_prefix.replace("{k}", str(k)) for k in range(hidden)]
+    main = NameTemplate(family.layout.main_layer_prefix)
+    return [main.main_layer(k) for k in range(hidden)]
 
 
 def _block_tensors(
@@ -295,7 +286,7 @@ class _Stats:
 
 
 def _stats(ckpt: Checkpoint, name: str) -> _Stats | None:
-    values = _values(_head(ckpt, name, SAMPLE_BYTES), ckpt.tensors[name].dtype)
+    values = unpack_floats(_head(ckpt, name, SAMPLE_BYTES), ckpt.tensors[name].dtype)
     n = len(values)
     if n < MIN_SAMPLE:
         return None

@@ -10,14 +10,10 @@ the verdict, never as one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import itemsize
+from mtpcheck.dtypes import exact_wider, itemsize
 from mtpcheck.model import Checkpoint
-
-if TYPE_CHECKING:
-    pass
 
 _CHUNK_ELEMENTS = 1 << 20
 
@@ -28,27 +24,26 @@ def values_differing(a: Checkpoint, an: str, b: Checkpoint, bn: str) -> int | No
     tensors in step, a bounded number of elements at a time."""
     import numpy as np
 
-    from mtpcheck.mapping.transforms import comparable, widen  # numpy: only here
+    from mtpcheck.mapping.transforms import widen  # numpy: only here
 
     ma, mb = a.tensors[an], b.tensors[bn]
     if ma.shape != mb.shape or not (ma.readable and mb.readable):
         return None
-    swapped = comparable(mb.dtype, ma.dtype)
-    if not (swapped or comparable(ma.dtype, mb.dtype)):
+    swapped = ma.dtype in exact_wider(mb.dtype)
+    if not (swapped or mb.dtype in exact_wider(ma.dtype)):
         return None
     (cn, nn, mn), (cw, nw, mw) = (
         ((b, bn, mb), (a, an, ma)) if swapped else ((a, an, ma), (b, bn, mb))
     )
     wn, ww = itemsize(mn.dtype), itemsize(mw.dtype)
     assert wn is not None and ww is not None
-    uint = {2: np.uint16, 4: np.uint32, 8: np.uint64}
     differing = 0
     chunks = zip(
         _chunks(cn, nn, wn * _CHUNK_ELEMENTS), _chunks(cw, nw, ww * _CHUNK_ELEMENTS), strict=True
     )
     for narrow, wide in chunks:
-        widened = widen(np.frombuffer(narrow, dtype=uint[wn]), mn.dtype, mw.dtype)
-        differing += int(np.count_nonzero(widened != np.frombuffer(wide, dtype=uint[ww])))
+        widened = widen(np.frombuffer(narrow, dtype=f"<u{wn}"), mn.dtype, mw.dtype)
+        differing += int(np.count_nonzero(widened != np.frombuffer(wide, dtype=f"<u{ww}")))
     return differing
 
 

@@ -1,4 +1,4 @@
-"""Command line: parse options, open inputs, run a job, render, map to an exit code.
+"""Command line: parse options, call :mod:`mtpcheck.api`, render, map to an exit code.
 
 Each module registers its commands on the group in :mod:`mtpcheck.cli.app`; nothing below
 ``cli`` imports it.

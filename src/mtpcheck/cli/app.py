@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -21,8 +22,10 @@ from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
 from mtpcheck.extras import for_missing_module
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report
+from mtpcheck.report import STDOUT_FORMATS
 
-FORMATS = ("table", "json")
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""A click option (or argument) decorator."""
 
 MEGATRON_LAYOUT = click.option(
     "--megatron-layout",
@@ -34,6 +37,31 @@ MEGATRON_LAYOUT = click.option(
     "Megatron-LM, mbridge, the built-in converter) or mcore-bridge's (ms-swift 4), which lay "
     "out the gated delta net and gated attention of Qwen3-Next / 3.5 their own way.",
 )
+
+
+def defaulted(*decls: str, kind: click.ParamType[Any], default: Any, **attrs: Any) -> Decorator:
+    """An option whose default ``--help`` shows."""
+    return click.option(*decls, type=kind, default=default, show_default=True, **attrs)
+
+
+def file_option(name: str, help: str) -> Decorator:
+    """An option naming a file (not a folder), e.g. a report written beside stdout's."""
+    return click.option(name, type=click.Path(dir_okay=False, path_type=Path), help=help)
+
+
+DEBUG = click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+
+
+def apply(decorators: Sequence[Decorator]) -> Decorator:
+    """One decorator applying ``decorators`` as if written one above the other, first on top
+    (so a group of options keeps its order in ``--help``)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for decorator in reversed(decorators):
+            func = decorator(func)
+        return func
+
+    return decorate
 
 
 @dataclass(frozen=True)
@@ -53,40 +81,59 @@ class OutputOptions:
         """mtpcheck's own progress on stderr (a live bar on a terminal), unless ``--quiet``."""
         return StderrLog(self.quiet)
 
+    def validate(self) -> None:
+        """Warn about ``--trust-pickle`` and refuse report paths that cannot be written, before
+        any work is done."""
+        if self.trust_pickle:
+            click.echo(
+                "mtpcheck: warning: --trust-pickle: pickled files are loaded without the "
+                "allowlist and can run code; use it only for files you vouch for",
+                err=True,
+            )
+        check_output_path("--junit-xml", self.junit_xml)
+        check_output_path("--markdown", self.markdown)
+
+
+_OUTPUT_OPTIONS: list[Decorator] = [
+    defaulted(
+        "--format",
+        "fmt",
+        kind=click.Choice(STDOUT_FORMATS),
+        default="table",
+        help="Report format on stdout.",
+    ),
+    file_option("--junit-xml", "Also write a JUnit XML report (one testcase per check)."),
+    file_option("--markdown", "Also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY)."),
+    DEBUG,
+    click.option("--quiet", "-q", is_flag=True, help="No progress on stderr; errors only."),
+    click.option(
+        "--trust-pickle",
+        is_flag=True,
+        help="Unpickle Megatron .pt/.metadata files without the allowlist. "
+        "Only for files you vouch for: a pickle can run code.",
+    ),
+]
+
 
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by every command that produces a report."""
-    decorators = [
-        click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(FORMATS),
-            default="table",
-            show_default=True,
-            help="Report format on stdout.",
-        ),
-        click.option(
-            "--junit-xml",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Also write a JUnit XML report (one testcase per check).",
-        ),
-        click.option(
-            "--markdown",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).",
-        ),
-        click.option("--debug", is_flag=True, help="Show tracebacks for errors."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress on stderr; errors only."),
-        click.option(
-            "--trust-pickle",
-            is_flag=True,
-            help="Unpickle Megatron .pt/.metadata files without the allowlist. "
-            "Only for files you vouch for: a pickle can run code.",
-        ),
-    ]
-    for decorator in reversed(decorators):
-        func = decorator(func)
-    return func
+    """The options shared by every command that produces a report, handed to ``func`` as one
+    :class:`OutputOptions` parameter, ``opts``."""
+
+    @functools.wraps(func)
+    def with_output(
+        *args: Any,
+        fmt: str,
+        junit_xml: Path | None,
+        markdown: Path | None,
+        debug: bool,
+        trust_pickle: bool,
+        quiet: bool,
+        **kwargs: Any,
+    ) -> Any:
+        opts = OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
+        return func(*args, opts=opts, **kwargs)
+
+    return apply(_OUTPUT_OPTIONS)(with_output)
 
 
 def check_output_path(option: str, path: Path | None) -> None:
@@ -124,7 +171,7 @@ def _emit(report: Report, opts: OutputOptions) -> str | None:
 
 
 def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> int:
-    """Run ``build`` and map its outcome to the documented exit codes."""
+    """Run ``build``, print its report and map the outcome to the documented exit codes."""
     try:
         report = build()
         try:
@@ -135,31 +182,29 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
         if unwritten is not None:
             click.echo(f"mtpcheck: error: {unwritten}", err=True)
             return ExitCode.BAD_INPUT
-    except MtpcheckError as e:
-        if opts.debug:
-            traceback.print_exc()
-        if opts.format == "json":
+    except (Exception, KeyboardInterrupt) as e:
+        if isinstance(e, MtpcheckError) and opts.format == "json":
             from mtpcheck.report.json_ import error_dict
 
             path = e.path if isinstance(e, PathError) else ""
             reason = e.reason if isinstance(e, PathError) else str(e)
             print(json.dumps(error_dict(command, path, reason), indent=2))
-        return _error_line(e)
-    except KeyboardInterrupt:
-        click.echo("mtpcheck: interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except ModuleNotFoundError as e:
-        return _missing_module(e, command, opts.debug)
-    except Exception as e:  # a bug: say so, keep the traceback behind --debug
-        if opts.debug:
-            traceback.print_exc()
-        click.echo(
-            f"mtpcheck: internal error: {type(e).__name__}: {e} "
-            "(rerun with --debug for a traceback)",
-            err=True,
-        )
-        return ExitCode.INTERNAL
+        return exit_code(e, command, opts.debug, hint=True)
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
+
+
+def report_and_exit(
+    command: str,
+    build: Callable[[], Report],
+    opts: OutputOptions,
+    across_ranks: Callable[[], int] | None = None,
+) -> NoReturn:
+    """End a reporting command: check the output options, then run ``build`` (or, under
+    torchrun, ``across_ranks``) and exit with the code of its outcome."""
+    opts.validate()
+    if across_ranks is not None and under_torchrun():
+        exit_rank(across_ranks())
+    raise SystemExit(execute(command, build, opts))
 
 
 def _stdout_gone() -> None:
@@ -167,25 +212,6 @@ def _stdout_gone() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-
-
-def make_options(
-    fmt: str,
-    junit_xml: Path | None,
-    markdown: Path | None,
-    debug: bool,
-    trust_pickle: bool,
-    quiet: bool = False,
-) -> OutputOptions:
-    if trust_pickle:
-        click.echo(
-            "mtpcheck: warning: --trust-pickle: pickled files are loaded without the allowlist "
-            "and can run code; use it only for files you vouch for",
-            err=True,
-        )
-    check_output_path("--junit-xml", junit_xml)
-    check_output_path("--markdown", markdown)
-    return OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -204,37 +230,58 @@ def _error_line(e: MtpcheckError) -> int:
     return ExitCode.BAD_INPUT
 
 
-def _missing_module(e: ModuleNotFoundError, command: str, debug: bool) -> int:
-    """An import that failed: the extra to install where one brings the module (exit 2),
-    otherwise a bug of ours (exit 3)."""
+def exit_code(e: BaseException, command: str, debug: bool = False, hint: bool = False) -> int:
+    """The one mapping of an exception to a line on stderr and a documented exit code.
+
+    An interruption is 130; an :class:`MtpcheckError`, or an import an extra brings, is the
+    user's input (2, or 1 for a refused checkpoint); a click usage error is 2; anything else is
+    a bug of ours (3, its traceback behind ``--debug``; ``hint`` says so).
+    """
+    if isinstance(e, (KeyboardInterrupt, click.exceptions.Abort)):
+        click.echo("mtpcheck: interrupted", err=True)
+        return ExitCode.INTERRUPTED
+    if isinstance(e, click.ClickException):  # one line, as every other error
+        click.echo(f"mtpcheck: error: {e.format_message()}", err=True)
+        return ExitCode.BAD_INPUT
     if debug:
-        traceback.print_exc()
-    missing = for_missing_module(e.name or "", command)
-    if missing is not None:
-        return _error_line(missing)
-    click.echo(f"mtpcheck: internal error: {type(e).__name__}: {e}", err=True)
+        traceback.print_exception(e)
+    if isinstance(e, ModuleNotFoundError):
+        missing = for_missing_module(e.name or "", command)
+        if missing is not None:
+            return _error_line(missing)
+        hint = False
+    if isinstance(e, MtpcheckError):
+        return _error_line(e)
+    suffix = " (rerun with --debug for a traceback)" if hint else ""
+    click.echo(f"mtpcheck: internal error: {type(e).__name__}: {e}{suffix}", err=True)
     return ExitCode.INTERNAL
 
 
-def run_action(action: Callable[[], None], debug: bool, command: str) -> int:
-    """Exit-code mapping for commands that write instead of report."""
+def run_action(action: Callable[[], None], debug: bool, command: str) -> NoReturn:
+    """End a command that writes instead of reporting: run ``action``, exit with its code."""
     try:
         action()
-    except MtpcheckError as e:
-        if debug:
-            traceback.print_exc()
-        return _error_line(e)
-    except KeyboardInterrupt:
-        click.echo("mtpcheck: interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except ModuleNotFoundError as e:
-        return _missing_module(e, command, debug)
-    except Exception as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"mtpcheck: internal error: {type(e).__name__}: {e}", err=True)
-        return ExitCode.INTERNAL
-    return ExitCode.OK
+    except (Exception, KeyboardInterrupt) as e:
+        raise SystemExit(exit_code(e, command, debug)) from None
+    raise SystemExit(ExitCode.OK)
+
+
+def exit_rank(code: int) -> NoReturn:
+    """End a torchrun rank once its work is done, flushed and its process group destroyed,
+    without the interpreter's teardown: there libtorch's gloo and store threads can hit
+    ``std::terminate`` in static destructors on a loaded machine (SIGABRT, "terminate called
+    without an active exception"), turning a finished run into a failed rank."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
+
+
+def under_torchrun() -> bool:
+    """``WORLD_SIZE`` > 1: started by torchrun (see benchmarks/README.md, cluster scale)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,15 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="mtpcheck", standalone_mode=False)
     except SystemExit as e:
         return int(e.code or 0)
-    except click.exceptions.Abort:
-        click.echo("mtpcheck: interrupted", err=True)
-        return ExitCode.INTERRUPTED
-    except MtpcheckError as e:  # raised while the options are checked (a missing extra)
-        return _error_line(e)
-    except ModuleNotFoundError as e:  # an import that no command's own check foresaw
-        return _missing_module(e, next((a for a in args if not a.startswith("-")), ""), False)
-    except click.ClickException as e:
-        # one line, as every other error; `--help` shows the usage
-        click.echo(f"mtpcheck: error: {e.format_message()}", err=True)
-        return ExitCode.BAD_INPUT
+    except (
+        click.exceptions.Abort,
+        click.ClickException,  # `--help` shows the usage
+        MtpcheckError,  # raised while the options are checked (a missing extra)
+        ModuleNotFoundError,  # an import that no command's own check foresaw
+    ) as e:
+        return exit_code(e, next((a for a in args if not a.startswith("-")), ""))
     return ExitCode.OK

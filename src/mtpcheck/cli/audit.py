@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
+from mtpcheck import api
 from mtpcheck.cli.app import (
     MEGATRON_LAYOUT,
     OutputOptions,
     cli,
     execute,
-    make_options,
     output_options,
+    report_and_exit,
 )
 from mtpcheck.errors import ExitCode
 from mtpcheck.layouts import MegatronLayout
@@ -40,17 +38,7 @@ FETCH = click.option(
     "draft file split off from it (--mtp, mtp-NAME.gguf); the two are audited as one model.",
 )
 @output_options
-def inspect(
-    path: str,
-    fetch: bool,
-    draft: str | None,
-    fmt: str,
-    junit_xml: Path | None,
-    markdown: Path | None,
-    debug: bool,
-    trust_pickle: bool,
-    quiet: bool,
-) -> None:
+def inspect(path: str, fetch: bool, draft: str | None, opts: OutputOptions) -> None:
     """Audit one checkpoint: MTP family, declared count, layers present, shared copies.
 
     PATH is a local checkpoint, or a Hugging Face Hub repository (hf://ORG/NAME[@REVISION])
@@ -58,17 +46,11 @@ def inspect(
     """
 
     def build() -> Report:
-        from mtpcheck.checks.inspect_checks import inspect_report
-        from mtpcheck.formats import open_input
+        return api.inspect(
+            path, draft=draft, fetch=fetch, trust_pickle=opts.trust_pickle, log=opts.log
+        )
 
-        if draft is not None:
-            from mtpcheck.formats.gguf import open_target_and_draft
-
-            return inspect_report(open_target_and_draft(Path(path), Path(draft)))
-        return inspect_report(open_input(path, trust_pickle, fetch, opts.log))
-
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
-    raise SystemExit(execute("inspect", build, opts))
+    report_and_exit("inspect", build, opts)
 
 
 @cli.command()
@@ -94,12 +76,7 @@ def diff(
     dequantize: bool,
     fetch: bool,
     megatron_layout: MegatronLayout,
-    fmt: str,
-    junit_xml: Path | None,
-    markdown: Path | None,
-    debug: bool,
-    trust_pickle: bool,
-    quiet: bool,
+    opts: OutputOptions,
 ) -> None:
     """Compare B against A: config keys, then MTP tensors bit for bit (all with --all).
 
@@ -110,55 +87,21 @@ def diff(
     """
 
     def build() -> Report:
-        from mtpcheck.checks.diff_checks import diff_report
-        from mtpcheck.checks.header_match import (
-            compare_by_headers,
-            needs_headers_only,
-            proven_first,
-        )
-        from mtpcheck.checks.tensor_match import compare_many
-        from mtpcheck.formats import open_input
-        from mtpcheck.model import HeadersOnly
-        from mtpcheck.pipeline.progress import with_progress
-
-        left = open_input(a, trust_pickle, fetch, opts.log)
-        right = open_input(b, trust_pickle, fetch, opts.log)
-        compare = with_progress(compare_many, "comparing", opts.log)
-        if needs_headers_only(left, right):
-            compare = compare_by_headers
-        elif isinstance(left, HeadersOnly) or isinstance(right, HeadersOnly):
-            compare = proven_first(compare)  # --fetch: hashes first, bytes for the rest
-        return diff_report(
-            left,
-            right,
+        return api.diff(
+            a,
+            b,
             all_tensors=all_tensors,
-            compare=compare,
             dequantize=dequantize,
-            layout=megatron_layout,
+            fetch=fetch,
+            trust_pickle=opts.trust_pickle,
+            megatron_layout=megatron_layout,
+            log=opts.log,
         )
 
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
-    if under_torchrun():
-        exit_rank(_diff_across_ranks(Path(a), Path(b), all_tensors, opts))
-    raise SystemExit(execute("diff", build, opts))
+    def sharded() -> int:
+        return _diff_across_ranks(Path(a), Path(b), all_tensors, opts)
 
-
-def exit_rank(code: int) -> NoReturn:
-    """End a torchrun rank once its work is done, flushed and its process group destroyed,
-    without the interpreter's teardown: there libtorch's gloo and store threads can hit
-    ``std::terminate`` in static destructors on a loaded machine (SIGABRT, "terminate called
-    without an active exception"), turning a finished run into a failed rank."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(int(code))
-
-
-def under_torchrun() -> bool:
-    """``WORLD_SIZE`` > 1: started by torchrun (see benchmarks/README.md, cluster scale)."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
-    except ValueError:
-        return False
+    report_and_exit("diff", build, opts, sharded)
 
 
 def across_ranks(

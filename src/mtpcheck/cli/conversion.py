@@ -4,28 +4,25 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
+from mtpcheck import api
 from mtpcheck.cli.app import (
+    DEBUG,
     MEGATRON_LAYOUT,
     OutputOptions,
     cli,
-    execute,
-    make_options,
     output_options,
+    report_and_exit,
     run_action,
 )
-from mtpcheck.cli.audit import across_ranks, exit_rank, under_torchrun
+from mtpcheck.cli.audit import across_ranks
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.extras import require
-from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report, total_nbytes
 from mtpcheck.units import human_size
-
-if TYPE_CHECKING:
-    from mtpcheck.pipeline.roundtrip import RoundtripOptions
 
 
 @cli.command()
@@ -62,68 +59,36 @@ if TYPE_CHECKING:
 )
 @MEGATRON_LAYOUT
 @output_options
-def roundtrip(
-    path: Path,
-    to_megatron: str | None,
-    to_hf: str | None,
-    workdir: Path | None,
-    keep: bool,
-    timeout: float | None,
-    all_tensors: bool,
-    synthetic: bool,
-    megatron_layout: MegatronLayout,
-    fmt: str,
-    junit_xml: Path | None,
-    markdown: Path | None,
-    debug: bool,
-    trust_pickle: bool,
-    quiet: bool,
-) -> None:
+def roundtrip(path: Path, opts: OutputOptions, **settings: Any) -> None:
     """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
     # the main model's check reads Megatron names through megatron-core's config, with torch
     require("convert", "roundtrip")
     from mtpcheck.pipeline.converter_command import validate_template
 
-    for option, template in (("--to-megatron", to_megatron), ("--to-hf", to_hf)):
+    for option, template in (
+        ("--to-megatron", settings["to_megatron"]),
+        ("--to-hf", settings["to_hf"]),
+    ):
         if template is not None:
             try:
                 validate_template(template)
             except ValueError as e:
                 raise click.BadParameter(str(e), param_hint=option) from e
 
-    from mtpcheck.pipeline.roundtrip import RoundtripOptions
-
-    options = RoundtripOptions(
-        source=path,
-        to_megatron=to_megatron,
-        to_hf=to_hf,
-        workdir=workdir,
-        keep=keep,
-        timeout=timeout,
-        all_tensors=all_tensors,
-        synthetic=synthetic,
-        trust_pickle=trust_pickle,
-        megatron_layout=megatron_layout,
-    )
-
     def build() -> Report:
-        from mtpcheck.pipeline.roundtrip import run_roundtrip
+        return api.roundtrip(path, trust_pickle=opts.trust_pickle, log=opts.log, **settings)
 
-        return run_roundtrip(options, log=opts.log)
+    def sharded() -> int:
+        """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
+        from mtpcheck.pipeline.distributed import roundtrip_across_ranks
+        from mtpcheck.pipeline.roundtrip import RoundtripOptions
 
-    opts = make_options(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
-    if under_torchrun():
-        exit_rank(_roundtrip_across_ranks(options, opts))
-    raise SystemExit(execute("roundtrip", build, opts))
+        options = RoundtripOptions(source=path, trust_pickle=opts.trust_pickle, **settings)
+        return across_ranks(
+            "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
+        )
 
-
-def _roundtrip_across_ranks(options: RoundtripOptions, opts: OutputOptions) -> int:
-    """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
-    from mtpcheck.pipeline.distributed import roundtrip_across_ranks
-
-    return across_ranks(
-        "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
-    )
+    report_and_exit("roundtrip", build, opts, sharded)
 
 
 @cli.group()
@@ -134,7 +99,7 @@ def convert() -> None:
 @convert.command("hf-to-megatron")
 @click.argument("src", type=click.Path(path_type=Path))
 @click.argument("dst", type=click.Path(path_type=Path))
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@DEBUG
 def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
     """Write SRC (HF safetensors) as a Megatron-LM torch_dist checkpoint at DST.
 
@@ -156,7 +121,7 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
             f"{time.monotonic() - started:.1f} s"
         )
 
-    raise SystemExit(run_action(action, debug, "convert"))
+    run_action(action, debug, "convert")
 
 
 @convert.command("megatron-to-hf")
@@ -175,7 +140,7 @@ def hf_to_megatron(src: Path, dst: Path, debug: bool) -> None:
     show_default=True,
     help="Re-create the MTP copies of embedding and head where the family stores them.",
 )
-@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@DEBUG
 def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: bool) -> None:
     """Write SRC (Megatron torch_dist or legacy) as HF sharded safetensors at DST.
 
@@ -200,4 +165,4 @@ def megatron_to_hf(src: Path, dst: Path, hf_config: Path, copies: bool, debug: b
             f"{time.monotonic() - started:.1f} s"
         )
 
-    raise SystemExit(run_action(action, debug, "convert"))
+    run_action(action, debug, "convert")

@@ -84,11 +84,11 @@ def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_C
             f"{e}: mtpcheck can neither write its Megatron checkpoint nor judge one (families "
             f"with a mapping: {mapped_families()})",
         ) from e
-    if family.writer is None:
+    if family.support.writer is None:
         raise InputError(
             where, f"the built-in converter cannot write {family.display} yet; {instead}"
         )
-    return family.writer.layout
+    return family.support.writer.layout
 
 
 def require_empty_destination(dst: Path) -> None:
@@ -212,7 +212,8 @@ class _OneAtATime:
         key = (name, part)
         held = getattr(self._held, "key", None)
         if held == key:
-            return self._held.raw
+            mine: memoryview = self._held.raw  # thread-local slots are untyped
+            return mine
         with self._lock:
             if held is not None:
                 self._release(held)
@@ -228,8 +229,9 @@ class _OneAtATime:
                 entry[1] += 1
             if entry[0] is not raw:  # another thread made it meanwhile: this copy goes unused
                 self.ranges.forget(raw)  # its address may be reused by a later map
-        self._held.key, self._held.raw = key, entry[0]
-        return entry[0]
+        shared: memoryview = entry[0]  # the entry is [bytes, holders]
+        self._held.key, self._held.raw = key, shared
+        return shared
 
     def _release(self, key: tuple[str, int | None]) -> None:
         """One thread less holds ``key`` (under the lock); free its pages once none does."""
@@ -433,7 +435,9 @@ class _SplitOnce:
         size = self.tensors[name].nbytes  # the row blocks are equal, in the order of m.hf
         return slice_spans(spans, m.hf.index(name) * size, size)
 
-    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[Any]:
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes | memoryview]:
+        """The tensor's bytes: a plain copy read from the source, a split piece as views of
+        the piece (the writer writes them as they are)."""
         import numpy as np
 
         name = self._copy_of.get(name, name)
@@ -447,7 +451,7 @@ class _SplitOnce:
             pieces = backward(m, whole, dtype)
             self._pieces = (m.megatron, [np.ascontiguousarray(p) for p in pieces])
         piece = self._pieces[1][m.hf.index(name)]
-        raw = memoryview(piece.reshape(-1).view(np.uint8))
+        raw = piece.reshape(-1).view(np.uint8).data
         return (raw[i : i + chunk_bytes] for i in range(0, len(raw), chunk_bytes))
 
 
@@ -462,7 +466,7 @@ def _load(ckpt: Checkpoint, name: str) -> Any:
     out = np.empty(meta.nbytes, dtype=np.uint8)
     spans = ckpt.byte_spans(name) if isinstance(ckpt, HasByteSpans) else None
     if spans is not None and sum(s.length for s in spans) == meta.nbytes:
-        pos = read_spans_into(spans, memoryview(out))
+        pos = read_spans_into(spans, out.data)
     else:
         pos = 0
         for chunk in ckpt.read_chunks(name, 1 << 24):

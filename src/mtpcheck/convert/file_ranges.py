@@ -79,6 +79,7 @@ class FileRanges:
         return None
 
     def close(self) -> None:
+        """Close every descriptor opened so far and forget the registered maps."""
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mtpcheck.errors import InputError
-from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, TensorMeta
+from mtpcheck.model import ByteSpan, HasByteSpans, TensorMeta
 from mtpcheck.ticker import Ticker
 
 DEFAULT_SHARD_BYTES = 4 * 1024**3
@@ -77,8 +77,22 @@ def _header(metas: list[TensorMeta]) -> bytes:
     return blob + b" " * (-len(blob) % 8)
 
 
+class TensorSource(Protocol):
+    """What :func:`write_hf` reads: any :class:`~mtpcheck.model.Checkpoint`, or a converter's
+    view of one whose chunks are views of its buffers (written as they are, never copied)."""
+
+    @property
+    def tensors(self) -> Mapping[str, TensorMeta]:
+        """Every tensor to write, by its HF name."""
+        ...
+
+    def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes | memoryview]:
+        """The tensor's bytes in C order, ``chunk_bytes`` at a time."""
+        ...
+
+
 def write_hf(
-    ckpt: Checkpoint,
+    ckpt: TensorSource,
     dst: Path,
     config: Mapping[str, Any] | None = None,
     names: list[str] | None = None,

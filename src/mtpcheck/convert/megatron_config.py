@@ -60,7 +60,8 @@ TE_VARIANTS = ("gated_delta_net", "dsa")
 def layouts() -> dict[str, MegatronWriter]:
     """Every megatron-core layout the writer knows, by key, in registry order: the writer
     settings of each family written under its own key (others, like Kimi-K2, borrow one)."""
-    return {f.key: f.writer for f in FAMILIES if f.writer is not None and f.writer.layout == f.key}
+    writers = {f.key: f.support.writer for f in FAMILIES}
+    return {k: w for k, w in writers.items() if w is not None and w.layout == k}
 
 
 def family_info(family_key: str) -> MegatronWriter:
@@ -285,9 +286,9 @@ def transformer_config_class(transformer_kwargs: Mapping[str, Any]) -> type:
         TransformerConfig,
     )
 
-    if transformer_kwargs.get("multi_latent_attention"):
-        return MLATransformerConfig
-    return TransformerConfig
+    multi_latent = transformer_kwargs.get("multi_latent_attention")
+    chosen: type = MLATransformerConfig if multi_latent else TransformerConfig  # untyped module
+    return chosen
 
 
 def gpt_model_kwargs(hf_config: Mapping[str, Any], family_key: str) -> dict[str, Any]:

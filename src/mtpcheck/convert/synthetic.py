@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mtpcheck.errors import InputError
-from mtpcheck.families import MtpFamily, detect_family
+from mtpcheck.families import MtpFamily, detect_family, fill_template
 from mtpcheck.families.layout import declared_count
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.torch_threads import configure_torch_threads
@@ -51,8 +51,6 @@ TINY_DIMS: dict[str, int] = {
     "index_n_heads": 2,
 }
 MAIN_LAYERS = 2
-BUILD_AS = {"mimo": "qwen2"}
-"""Families without a transformers class, built with the class they extend."""
 DROPPED = ("layer_types", "mlp_layer_types", "quantization_config", "auto_map")
 
 
@@ -80,28 +78,32 @@ def build_synthetic(source: Path, dst: Path, seed: int = 0) -> Path:
         raise InputError(source, "--synthetic needs a config.json (or a folder holding one)")
     config = read_config(config_path)
     family = detect_family(config)
-    if family is None or family.megatron_wrapper is None:
+    if family is None or family.megatron is None:
         what = family.display if family else f"model_type {config.get('model_type')!r}"
         raise InputError(config_path, f"--synthetic does not support {what} yet")
     count = declared_count(config, family, str(config_path)).value
     configure_torch_threads()  # transformers builds the model next: see mtpcheck.torch_threads
-    tensors, built = _main_model(tiny_config(config), config, seed)
+    tensors, built = _main_model(tiny_config(config), config, seed, family.support.build_as)
     tensors.update(_mtp_tensors(tensors, built, family, count or 0, seed))
     return _write(dst, tensors, config, built, family)
 
 
-def _main_model(tiny: dict[str, Any], original: dict[str, Any], seed: int) -> tuple[dict, dict]:
+def _main_model(
+    tiny: dict[str, Any], original: dict[str, Any], seed: int, build_as: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The main model, built from ``tiny`` with transformers' class of the config's
+    ``model_type`` (or ``build_as``, for a family without a class of its own)."""
     import torch
     import transformers
     from safetensors.torch import load_file
 
-    model_type = str(original.get("model_type"))
+    model_type = build_as or str(original.get("model_type"))
     kwargs = {k: v for k, v in tiny.items() if k not in ("model_type", "architectures")}
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    config = transformers.AutoConfig.for_model(BUILD_AS.get(model_type, model_type), **kwargs)
+    transformers.utils.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    config = transformers.AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = transformers.AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     dtype = getattr(torch, _storage_dtype(original))
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
@@ -141,22 +143,22 @@ def _mtp_tensors(
         return (noise + base).to(like.dtype if like is not None else dtype)
 
     for i in range(count):
-        prefix = family.layer_prefix.replace("{i}", str(i)).replace("{n}", str(layers + i))
+        prefix = fill_template(family.layout.layer_prefix, i, layers)
         for name, t in tensors.items():
             if name.startswith(ref):
                 out[prefix + name[len(ref) :]] = fresh(tuple(t.shape), t)
-        for template in family.specific:
+        for template in family.layout.specific:
             if "{" not in template and i > 0:
                 continue
-            name = template.replace("{i}", str(i)).replace("{n}", str(layers + i))
-            if template == family.projection:
+            name = fill_template(template, i, layers)
+            if template == family.layout.projection:
                 out[name] = fresh((hidden, 2 * hidden))
             elif name.endswith(("head.weight", "output.weight")):
                 out[name] = fresh((vocab, hidden))
             else:
                 out[name] = fresh((hidden,), torch.ones(hidden, dtype=dtype))
-        for copy in family.copies:
-            name = copy.template.replace("{i}", str(i)).replace("{n}", str(layers + i))
+        for copy in family.layout.copies:
+            name = fill_template(copy.template, i, layers)
             if copy.main in tensors:
                 out[name] = tensors[copy.main].clone()
     return out
@@ -176,7 +178,7 @@ def _write(
         dict(sorted(tensors.items())), str(dst / "model.safetensors"), metadata={"format": "pt"}
     )
     config = dict(built)
-    for key in ("model_type", "architectures", *family.count_keys, "dtype"):
+    for key in ("model_type", "architectures", *family.count.keys, "dtype"):
         if key in original:
             config[key] = original[key]
     (dst / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint import FileSystemWriter
-from torch.distributed.checkpoint import save as dcp_save
-from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from mtpcheck.convert.file_ranges import buffer_address
 from mtpcheck.convert.megatron_config import torch_dist_layout
@@ -169,7 +169,7 @@ class _KernelCopyStream:
     memory as it would have been. Either way the file gets the same bytes at the same place.
     """
 
-    def __init__(self, stream: IO[bytes], file_bytes: FileBytes) -> None:
+    def __init__(self, stream: io.IOBase, file_bytes: FileBytes) -> None:
         self._stream = stream
         self._file_bytes = file_bytes
 
@@ -179,7 +179,8 @@ class _KernelCopyStream:
             where = self._file_bytes(buffer_address(view), view.nbytes)
             if where is not None:
                 return self._copy(view, *where)
-        return self._stream.write(view)
+        written: int = self._stream.write(view)  # io.IOBase declares write untyped
+        return written
 
     def _copy(self, view: memoryview, fd: int, offset: int) -> int:
         self._stream.flush()
@@ -227,7 +228,7 @@ class _KernelCopyFileSystem(FileSystem):
                 yield stream
 
 
-class _MaterialisingPlanner(MCoreSavePlanner):
+class _MaterialisingPlanner(MCoreSavePlanner):  # type: ignore[misc]  # megatron-core is untyped
     """Hands the storage writer ``materialise(tensor)`` instead of the state dict's tensor.
 
     Each thread of the storage writer resolves one item at a time, after it has written its
@@ -246,7 +247,7 @@ class _MaterialisingPlanner(MCoreSavePlanner):
         return data
 
 
-class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
+class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):  # type: ignore[misc]  # untyped
     """The torch_dist (version 1) save strategy, run synchronously on CPU.
 
     The inherited ``save`` goes through the async writer, whose preload and finalize steps call
@@ -267,6 +268,8 @@ class SyncTorchDistSaveStrategy(TorchDistSaveShardedStrategy):
         self.file_bytes = file_bytes
 
     def save(self, sharded_state_dict: dict[str, Any], checkpoint_dir: str | Path) -> None:
+        """Write ``sharded_state_dict`` to ``checkpoint_dir`` as megatron-core would,
+        synchronously, on CPU."""
         by_key, _, _ = _replace_state_dict_keys_with_sharded_keys(
             sharded_state_dict, self.keep_only_main_replica
         )
@@ -317,7 +320,9 @@ def single_process_group() -> Iterator[None]:
     """
     created_group = False
     if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        # HashStore: exported by torch.distributed at run time (not on Windows), not in its stubs
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
         created_group = True
     elif dist.get_world_size() != 1:
         raise RuntimeError("write_torch_dist runs in a single process (world size 1)")

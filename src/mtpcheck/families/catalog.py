@@ -9,20 +9,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mtpcheck.families.catalog_2026 import FAMILIES_2026
+from mtpcheck.families.catalog_2026 import FAMILIES_2026, qwen_style
 from mtpcheck.families.interface import (
     MEASURABLE,
-    NOT_MEASURABLE,
     AcceptSupport,
     ChainHidden,
     ConcatOrder,
     CopyPolicy,
+    HfLayout,
+    MegatronMapping,
     MegatronWriter,
+    MtpCount,
     MtpFamily,
+    Serving,
     SharedCopy,
+    Support,
 )
-
-_NEXTN = ("num_nextn_predict_layers",)
+from mtpcheck.families.serving import DEEPSEEK_ROUTER, SHARED_HEAD
 
 _DEEPSEEK_SPECIFIC = (
     "model.layers.{n}.enorm.weight",
@@ -30,12 +33,7 @@ _DEEPSEEK_SPECIFIC = (
     "model.layers.{n}.eh_proj.weight",
     "model.layers.{n}.shared_head.norm.weight",
 )
-_DEEPSEEK_WRAPPER = (
-    "model.layers.{n}.enorm.weight",
-    "model.layers.{n}.hnorm.weight",
-    "model.layers.{n}.eh_proj.weight",
-    "model.layers.{n}.shared_head.norm.weight",
-)
+_DEEPSEEK_MAPPING = MegatronMapping()
 _DEEPSEEK_WRITER = MegatronWriter(
     "deepseek_v3",
     "local",
@@ -47,6 +45,16 @@ _DEEPSEEK_COPIES = (
     SharedCopy("model.layers.{n}.embed_tokens.weight", "model.embed_tokens.weight"),
     SharedCopy("model.layers.{n}.shared_head.head.weight", "lm_head.weight"),
 )
+_DEEPSEEK_LAYOUT = HfLayout(
+    layer_prefix="model.layers.{n}.",
+    specific=_DEEPSEEK_SPECIFIC,
+    projection="model.layers.{n}.eh_proj.weight",
+    copies=_DEEPSEEK_COPIES,
+    head_parts=_DEEPSEEK_SPECIFIC,  # Megatron's enorm, hnorm, eh_proj, final_layernorm
+)
+_ZEROES = Serving(zeroes_position0=True)
+_ROUTED = Serving(zeroes_position0=True, defaults=DEEPSEEK_ROUTER)
+_NO_EXTRAS = Support()
 
 
 def _deepseek_style(
@@ -54,32 +62,29 @@ def _deepseek_style(
     display: str,
     architectures: tuple[str, ...],
     copy_policy: CopyPolicy,
-    model_types: tuple[str, ...] | None = None,
-    writer: MegatronWriter | None = None,
-    accept: AcceptSupport = NOT_MEASURABLE,
+    serving: Serving = _ZEROES,
+    support: Support = _NO_EXTRAS,
     notes: str = "",
 ) -> MtpFamily:
     """Families that append MTP layers after the decoder as ``model.layers.{N+i}``."""
     return MtpFamily(
         key=key,
         display=display,
-        model_types=model_types or (key,),
+        model_types=(key,),
         architectures=architectures,
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="model.layers.{n}.",
-        specific=_DEEPSEEK_SPECIFIC,
-        projection="model.layers.{n}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        copies=_DEEPSEEK_COPIES,
-        copy_policy=copy_policy,
-        megatron_wrapper=_DEEPSEEK_WRAPPER,
-        writer=writer,
-        accept=accept,
-        engine_zeroes_position0=True,
+        layout=replace(_DEEPSEEK_LAYOUT, copy_policy=copy_policy),
+        megatron=_DEEPSEEK_MAPPING,
+        serving=serving,
+        support=support,
         notes=notes,
     )
 
+
+_MIMO_SPECIFIC = tuple(
+    f"model.mtp_layers.{{i}}.{name}.weight"
+    for name in ("token_layernorm", "hidden_layernorm", "input_proj", "final_layernorm")
+)
+"""MiMo's MTP-only tensors, in the order of Megatron's enorm, hnorm, eh_proj, final_layernorm."""
 
 FAMILIES: tuple[MtpFamily, ...] = (
     _deepseek_style(
@@ -87,8 +92,8 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "DeepSeek-V3 / R1 / V3.1",
         ("DeepseekV3ForCausalLM",),
         CopyPolicy.REQUIRED,
-        writer=_DEEPSEEK_WRITER,
-        accept=MEASURABLE,
+        serving=replace(_ROUTED, stored_copies=SHARED_HEAD),
+        support=Support(writer=_DEEPSEEK_WRITER, accept=MEASURABLE),
         notes="embed_tokens and shared_head.head are stored copies of the main tensors",
     ),
     MtpFamily(
@@ -96,16 +101,14 @@ FAMILIES: tuple[MtpFamily, ...] = (
         display="DeepSeek-V3.2",
         model_types=("deepseek_v32",),
         architectures=("DeepseekV32ForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="model.layers.{n}.",
-        specific=(*_DEEPSEEK_SPECIFIC, "model.layers.{n}.shared_head.head.weight"),
-        projection="model.layers.{n}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        copies=(_DEEPSEEK_COPIES[0],),
-        copy_policy=CopyPolicy.REQUIRED,
-        megatron_wrapper=_DEEPSEEK_WRAPPER,
-        engine_zeroes_position0=True,
+        layout=replace(
+            _DEEPSEEK_LAYOUT,
+            specific=(*_DEEPSEEK_SPECIFIC, "model.layers.{n}.shared_head.head.weight"),
+            copies=(_DEEPSEEK_COPIES[0],),
+            copy_policy=CopyPolicy.REQUIRED,
+        ),
+        megatron=_DEEPSEEK_MAPPING,
+        serving=replace(_ROUTED, stored_copies=SHARED_HEAD),
         notes="MTP block carries the sparse-attention indexer; shared_head.head is "
         "reported trained on its own, so only embed_tokens is compared as a copy",
     ),
@@ -114,7 +117,8 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "Kimi-K2",
         ("DeepseekV3ForCausalLM",),
         CopyPolicy.REQUIRED,
-        writer=_DEEPSEEK_WRITER,
+        serving=replace(_ROUTED, stored_copies=SHARED_HEAD),
+        support=Support(writer=_DEEPSEEK_WRITER),
         notes="DeepSeek-V3 architecture; released configs declare 0 MTP layers",
     ),
     _deepseek_style(
@@ -122,10 +126,13 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "GLM-4.5 / 4.6 / 4.7",
         ("Glm4MoeForCausalLM",),
         CopyPolicy.OPTIONAL,
-        writer=MegatronWriter(
-            "glm4_moe", "local", True, "GQA + q/k/v bias + qk-norm, MoE with shared experts"
+        serving=replace(_ZEROES, stored_copies=SHARED_HEAD),
+        support=Support(
+            writer=MegatronWriter(
+                "glm4_moe", "local", True, "GQA + q/k/v bias + qk-norm, MoE with shared experts"
+            ),
+            accept=MEASURABLE,
         ),
-        accept=MEASURABLE,
         notes="GLM-4.5 stores embed/head copies in the MTP layer, GLM-4.6 does not",
     ),
     _deepseek_style(
@@ -139,18 +146,21 @@ FAMILIES: tuple[MtpFamily, ...] = (
         "GLM-5",
         ("GlmMoeDsaForCausalLM",),
         CopyPolicy.NONE,
-        writer=MegatronWriter(
-            "glm_moe_dsa",
-            "te",
-            False,
-            "MLA with the DSA indexer: megatron-core's DSA attention needs Transformer "
-            "Engine; the writer writes the layout of megatron-core >= 0.17's experimental DSA "
-            "spec (unfused input norm, standalone q/kv norms, indexer under "
-            "self_attention.core_attention.indexer) without building the model",
-        ),
-        accept=AcceptSupport(
-            why_not="its DSA layer has no outside reference (transformers' MtpModel cannot "
-            "run 'indexed_attention' layers)"
+        serving=_ROUTED,
+        support=Support(
+            writer=MegatronWriter(
+                "glm_moe_dsa",
+                "te",
+                False,
+                "MLA with the DSA indexer: megatron-core's DSA attention needs Transformer "
+                "Engine; the writer writes the layout of megatron-core >= 0.17's experimental "
+                "DSA spec (unfused input norm, standalone q/kv norms, indexer under "
+                "self_attention.core_attention.indexer) without building the model",
+            ),
+            accept=AcceptSupport(
+                why_not="its DSA layer has no outside reference (transformers' MtpModel cannot "
+                "run 'indexed_attention' layers)"
+            ),
         ),
         notes="78 hidden + 1 MTP layer; no embed/head copies stored",
     ),
@@ -159,59 +169,44 @@ FAMILIES: tuple[MtpFamily, ...] = (
         display="Step-3.5-Flash",
         model_types=("step3p5",),
         architectures=("Step3p5ForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=1,
-        layer_prefix="model.layers.{n}.",
-        specific=(
-            "model.layers.{n}.enorm.weight",
-            "model.layers.{n}.hnorm.weight",
-            "model.layers.{n}.eh_proj.weight",
-            "model.layers.{n}.transformer.shared_head.norm.weight",
-            "model.layers.{n}.transformer.shared_head.output.weight",
+        count=MtpCount(default=1),
+        layout=HfLayout(
+            layer_prefix="model.layers.{n}.",
+            specific=(
+                "model.layers.{n}.enorm.weight",
+                "model.layers.{n}.hnorm.weight",
+                "model.layers.{n}.eh_proj.weight",
+                "model.layers.{n}.transformer.shared_head.norm.weight",
+                "model.layers.{n}.transformer.shared_head.output.weight",
+            ),
+            projection="model.layers.{n}.eh_proj.weight",
+            head_output="model.layers.{n}.transformer.shared_head.output.weight",
         ),
-        projection="model.layers.{n}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        head_output="model.layers.{n}.transformer.shared_head.output.weight",
-        chain_hidden=ChainHidden.PRE_NORM,
-        engine_first_state=ChainHidden.PRE_NORM,
-        accept=AcceptSupport(
-            why_not="Step-3.5 releases ship remote code only (model_type step3p5 without a "
-            "transformers class for the checkpoint's transformer.* names)"
+        serving=Serving(chain_hidden=ChainHidden.PRE_NORM, first_state=ChainHidden.PRE_NORM),
+        support=Support(
+            accept=AcceptSupport(
+                why_not="Step-3.5 releases ship remote code only (model_type step3p5 without a "
+                "transformers class for the checkpoint's transformer.* names)"
+            )
         ),
         notes="3 dense MTP layers; each shared_head.output is trained on its own, not a copy",
     ),
-    MtpFamily(
-        key="qwen3_next",
-        display="Qwen3-Next",
-        model_types=("qwen3_next",),
-        architectures=("Qwen3NextForCausalLM",),
-        count_keys=("num_nextn_predict_layers", "mtp_num_hidden_layers"),
-        default_count=1,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(
-            "mtp.fc.weight",
-            "mtp.pre_fc_norm_embedding.weight",
-            "mtp.pre_fc_norm_hidden.weight",
-            "mtp.norm.weight",
-        ),
-        projection="mtp.fc.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        megatron_wrapper=(
-            "mtp.pre_fc_norm_embedding.weight",
-            "mtp.pre_fc_norm_hidden.weight",
-            "mtp.fc.weight",
-            "mtp.norm.weight",
-        ),
-        gated_attention=True,
-        shared_expert_style="shared_expert",
+    qwen_style(
+        "qwen3_next",
+        "Qwen3-Next",
+        ("qwen3_next",),
+        ("Qwen3NextForCausalLM",),
+        root="model.",
+        count=MtpCount(("num_nextn_predict_layers", "mtp_num_hidden_layers"), default=1),
+        megatron=MegatronMapping(gated_attention=True, shared_expert_style="shared_expert"),
         writer=MegatronWriter(
             "qwen3_next",
             "te",
             False,
             "gated delta net: the experimental block spec requires Transformer Engine and "
-            "GatedDeltaNet requires the fla package; the writer writes the Transformer Engine "
-            "layout without building the model (in_proj / conv1d split by rows into the keys "
-            "GatedDeltaNet.sharded_state_dict names)",
+            "GatedDeltaNet requires the fla package; the writer writes the Transformer "
+            "Engine layout without building the model (in_proj / conv1d split by rows into "
+            "the keys GatedDeltaNet.sharded_state_dict names)",
         ),
         accept=MEASURABLE,
         notes="config.json has no count key; serving engines assume 1 MTP layer",
@@ -221,27 +216,21 @@ FAMILIES: tuple[MtpFamily, ...] = (
         display="MiMo-7B",
         model_types=("mimo",),
         architectures=("MiMoForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="model.mtp_layers.{i}.",
-        specific=(
-            "model.mtp_layers.{i}.token_layernorm.weight",
-            "model.mtp_layers.{i}.hidden_layernorm.weight",
-            "model.mtp_layers.{i}.input_proj.weight",
-            "model.mtp_layers.{i}.final_layernorm.weight",
+        layout=HfLayout(
+            layer_prefix="model.mtp_layers.{i}.",
+            specific=_MIMO_SPECIFIC,
+            projection="model.mtp_layers.{i}.input_proj.weight",
+            concat_order=ConcatOrder.HIDDEN_FIRST,
+            head_parts=_MIMO_SPECIFIC,
         ),
-        projection="model.mtp_layers.{i}.input_proj.weight",
-        concat_order=ConcatOrder.HIDDEN_FIRST,
-        megatron_wrapper=(
-            "model.mtp_layers.{i}.token_layernorm.weight",
-            "model.mtp_layers.{i}.hidden_layernorm.weight",
-            "model.mtp_layers.{i}.input_proj.weight",
-            "model.mtp_layers.{i}.final_layernorm.weight",
-        ),
-        writer=MegatronWriter("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
-        engine_zeroes_position0=True,
-        accept=AcceptSupport(
-            why_not="transformers has no MiMo class (the checkpoints ship remote code)"
+        megatron=MegatronMapping(),
+        serving=_ZEROES,
+        support=Support(
+            writer=MegatronWriter("mimo", "local", True, "Qwen2-style dense GQA with q/k/v bias"),
+            accept=AcceptSupport(
+                why_not="transformers has no MiMo class (the checkpoints ship remote code)"
+            ),
+            build_as="qwen2",
         ),
         notes="input_proj multiplies cat(hidden, embedding): halves swapped against Megatron",
     ),
@@ -250,54 +239,53 @@ FAMILIES: tuple[MtpFamily, ...] = (
         display="ERNIE-4.5 MoE",
         model_types=("ernie4_5_moe",),
         architectures=("Ernie4_5_MoeForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="model.mtp_block.{i}.",
-        specific=(
-            "model.mtp_emb_norm.{i}.weight",
-            "model.mtp_hidden_norm.{i}.weight",
-            "model.mtp_linear_proj.{i}.weight",
+        layout=HfLayout(
+            layer_prefix="model.mtp_block.{i}.",
+            specific=(
+                "model.mtp_emb_norm.{i}.weight",
+                "model.mtp_hidden_norm.{i}.weight",
+                "model.mtp_linear_proj.{i}.weight",
+            ),
+            projection="model.mtp_linear_proj.{i}.weight",
         ),
-        projection="model.mtp_linear_proj.{i}.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
     ),
     MtpFamily(
         key="longcat_flash",
         display="LongCat-Flash",
         model_types=("longcat_flash",),
         architectures=("LongcatFlashForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=1,
-        layer_prefix="model.mtp.layers.{i}.",
-        specific=(
-            "model.mtp.layers.{i}.eh_proj.weight",
-            "model.mtp.layers.{i}.enorm.m.weight",
-            "model.mtp.layers.{i}.hnorm.m.weight",
-            "model.mtp.norm.weight",
-            "model.mtp.layers.{i}.input_layernorm.weight",
-            "model.mtp.layers.{i}.post_attention_layernorm.weight",
-            *(
-                f"model.mtp.layers.{{i}}.self_attn.{name}.weight"
-                for name in (
-                    "q_a_proj",
-                    "q_b_proj",
-                    "kv_a_proj_with_mqa",
-                    "kv_b_proj",
-                    "o_proj",
-                    "q_a_layernorm",
-                    "kv_a_layernorm",
-                )
+        count=MtpCount(default=1),
+        layout=HfLayout(
+            layer_prefix="model.mtp.layers.{i}.",
+            specific=(
+                "model.mtp.layers.{i}.eh_proj.weight",
+                "model.mtp.layers.{i}.enorm.m.weight",
+                "model.mtp.layers.{i}.hnorm.m.weight",
+                "model.mtp.norm.weight",
+                "model.mtp.layers.{i}.input_layernorm.weight",
+                "model.mtp.layers.{i}.post_attention_layernorm.weight",
+                *(
+                    f"model.mtp.layers.{{i}}.self_attn.{name}.weight"
+                    for name in (
+                        "q_a_proj",
+                        "q_b_proj",
+                        "kv_a_proj_with_mqa",
+                        "kv_b_proj",
+                        "o_proj",
+                        "q_a_layernorm",
+                        "kv_a_layernorm",
+                    )
+                ),
+                *(
+                    f"model.mtp.layers.{{i}}.transformer_layer.mlp.{name}_proj.weight"
+                    for name in ("gate", "up", "down")
+                ),
             ),
-            *(
-                f"model.mtp.layers.{{i}}.transformer_layer.mlp.{name}_proj.weight"
-                for name in ("gate", "up", "down")
-            ),
+            projection="model.mtp.layers.{i}.eh_proj.weight",
+            copies=(SharedCopy("model.mtp.embed_tokens.weight", "model.embed_tokens.weight"),),
+            copy_policy=CopyPolicy.OPTIONAL,
+            inner_mirrors_main=False,
         ),
-        projection="model.mtp.layers.{i}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        copies=(SharedCopy("model.mtp.embed_tokens.weight", "model.embed_tokens.weight"),),
-        copy_policy=CopyPolicy.OPTIONAL,
-        inner_mirrors_main=False,
         notes="the MTP block is a dense layer unlike the main layers, so its tensors are listed",
     ),
 )
@@ -307,25 +295,25 @@ MEGATRON = MtpFamily(
     display="Megatron-Core GPT",
     model_types=("megatron",),
     architectures=(),
-    count_keys=("mtp_num_layers",),
-    default_count=None,
-    layer_prefix="mtp.layers.{i}.transformer_layer.",
-    specific=(
-        "mtp.layers.{i}.enorm.weight",
-        "mtp.layers.{i}.hnorm.weight",
-        "mtp.layers.{i}.eh_proj.weight",
-        "mtp.layers.{i}.final_layernorm.weight",
+    count=MtpCount(("mtp_num_layers",), hidden_layers_key="num_layers", from_command_line=True),
+    layout=HfLayout(
+        layer_prefix="mtp.layers.{i}.transformer_layer.",
+        specific=(
+            "mtp.layers.{i}.enorm.weight",
+            "mtp.layers.{i}.hnorm.weight",
+            "mtp.layers.{i}.eh_proj.weight",
+            "mtp.layers.{i}.final_layernorm.weight",
+        ),
+        projection="mtp.layers.{i}.eh_proj.weight",
+        main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
+        main_layer_prefix="decoder.layers.{k}.",
+        main_norm="decoder.final_layernorm.weight",
     ),
-    projection="mtp.layers.{i}.eh_proj.weight",
-    concat_order=ConcatOrder.EMBEDDING_FIRST,
-    main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
-    main_layer_prefix="decoder.layers.{k}.",
-    main_norm="decoder.final_layernorm.weight",
-    hidden_layers_key="num_layers",
-    accept=AcceptSupport(
-        why_not="accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)"
+    support=Support(
+        accept=AcceptSupport(
+            why_not="accept runs HF checkpoints (convert a Megatron one with `mtpcheck convert`)"
+        )
     ),
-    count_from_command_line=True,
     notes="native Megatron names; embedding and output head are shared with the main model",
 )
 """Megatron checkpoints, whatever model they hold, in mtpcheck's canonical names."""
@@ -336,24 +324,29 @@ GGUF = MtpFamily(
     display="GGUF (llama.cpp)",
     model_types=("gguf",),
     architectures=(),
-    count_keys=("nextn_predict_layers",),
-    default_count=None,
-    layer_prefix="blk.{n}.",
-    specific=tuple(
-        _NEXTN + name
-        for name in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head_norm.weight")
+    count=MtpCount(("nextn_predict_layers",)),
+    layout=HfLayout(
+        layer_prefix="blk.{n}.",
+        specific=tuple(
+            _NEXTN + name
+            for name in (
+                "enorm.weight",
+                "hnorm.weight",
+                "eh_proj.weight",
+                "shared_head_norm.weight",
+            )
+        ),
+        projection=_NEXTN + "eh_proj.weight",
+        copies=(
+            SharedCopy(_NEXTN + "embed_tokens.weight", "token_embd.weight"),
+            SharedCopy(_NEXTN + "shared_head_head.weight", "output.weight"),
+        ),
+        copy_policy=CopyPolicy.OPTIONAL,
+        main_shared=("token_embd.weight", "output.weight"),
+        main_layer_prefix="blk.{k}.",
+        main_norm="output_norm.weight",
     ),
-    projection=_NEXTN + "eh_proj.weight",
-    concat_order=ConcatOrder.EMBEDDING_FIRST,
-    copies=(
-        SharedCopy(_NEXTN + "embed_tokens.weight", "token_embd.weight"),
-        SharedCopy(_NEXTN + "shared_head_head.weight", "output.weight"),
-    ),
-    copy_policy=CopyPolicy.OPTIONAL,
-    main_shared=("token_embd.weight", "output.weight"),
-    main_layer_prefix="blk.{k}.",
-    main_norm="output_norm.weight",
-    accept=AcceptSupport(why_not="accept runs HF checkpoints"),
+    support=Support(accept=AcceptSupport(why_not="accept runs HF checkpoints")),
     notes="llama.cpp's names (gguf-py MODEL_TENSOR.NEXTN_*): the nextn layer is block "
     "{arch}.block_count - nextn_predict_layers onward, its MTP-only tensors under blk.{n}.nextn.",
 )
@@ -366,10 +359,13 @@ MEGATRON_HYBRID = replace(
     key="megatron_hybrid",
     display="Megatron-Core hybrid (Mamba)",
     model_types=(),
-    layer_prefix="mtp.layers.{d}.transformer_layer.layers.{t}.",
-    specific=tuple(t.replace("{i}", "{d}") for t in MEGATRON.specific),
-    projection="mtp.layers.{d}.eh_proj.weight",
-    flat_layers_keys=((HYBRID_MTP_PATTERN, "hybrid_layer_pattern"),),
+    layout=replace(
+        MEGATRON.layout,
+        layer_prefix="mtp.layers.{d}.transformer_layer.layers.{t}.",
+        specific=tuple(t.replace("{i}", "{d}") for t in MEGATRON.layout.specific),
+        projection="mtp.layers.{d}.eh_proj.weight",
+        flat_layers_keys=((HYBRID_MTP_PATTERN, "hybrid_layer_pattern"),),
+    ),
     notes="megatron-core's hybrid stack (Nemotron-H): each MTP depth is a small stack of "
     "layers (the MTP pattern), each mirroring a main layer of its kind; "
     "hybrid_layer_pattern is the main pattern, then '/', then the MTP pattern",

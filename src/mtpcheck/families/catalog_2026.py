@@ -19,77 +19,67 @@ from mtpcheck.families.interface import (
     ConcatOrder,
     CopyPolicy,
     Drafter,
+    HfLayout,
+    MegatronMapping,
     MegatronWriter,
+    MtpCount,
     MtpFamily,
+    Serving,
     SharedCopy,
+    Support,
 )
+from mtpcheck.families.serving import NEMOTRON_H_ONE_LAYER
 
-_NEXTN = ("num_nextn_predict_layers",)
-_QWEN_COUNT = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+_QWEN_COUNT = MtpCount(("mtp_num_hidden_layers", "num_nextn_predict_layers"), default=1)
+_NEXTN_ONE = MtpCount(default=1)
 _EH = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
 
 
+_SERVED_AS_TRAINED = Serving()
+
+
 def _under(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names``, each under ``prefix``."""
     return tuple(prefix + name for name in names)
 
 
-def _qwen_style(
+def qwen_style(
     key: str,
     display: str,
     model_types: tuple[str, ...],
     architectures: tuple[str, ...],
     root: str,
-    count_keys: tuple[str, ...] = _QWEN_COUNT,
-    default_count: int | None = 1,
-    gated_attention: bool = True,
+    count: MtpCount = _QWEN_COUNT,
+    megatron: MegatronMapping | None = None,
     accept: AcceptSupport = NOT_MEASURABLE,
-    notes: str = "",
-    mapped: bool = False,
-    gdn_split: bool = False,
     writer: MegatronWriter | None = None,
-    shared_expert_style: str = "shared_expert",
-    hf_aliases: tuple[tuple[str, str], ...] = (),
+    notes: str = "",
 ) -> MtpFamily:
     """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
     cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``;
-    ``mapped``: with the HF <-> Megatron mapping of that block (Megatron-Bridge's)."""
+    ``megatron``: the HF <-> Megatron mapping of that block (Megatron-Bridge's), if any."""
     return MtpFamily(
         key=key,
         display=display,
         model_types=model_types,
         architectures=architectures,
-        count_keys=count_keys,
-        default_count=default_count,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(
-            "mtp.fc.weight",
-            "mtp.pre_fc_norm_embedding.weight",
-            "mtp.pre_fc_norm_hidden.weight",
-            "mtp.norm.weight",
+        count=count,
+        layout=HfLayout(
+            layer_prefix="mtp.layers.{i}.",
+            specific=("mtp.fc.weight", *QWEN_HEAD_PARTS[:2], "mtp.norm.weight"),
+            projection="mtp.fc.weight",
+            main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
+            main_layer_prefix=root + "layers.{k}.",
+            main_norm=f"{root}norm.weight",
+            head_parts=QWEN_HEAD_PARTS,
         ),
-        projection="mtp.fc.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        head_parts=(
-            "mtp.pre_fc_norm_embedding.weight",
-            "mtp.pre_fc_norm_hidden.weight",
-            "mtp.fc.weight",
-            "mtp.norm.weight",
-        ),
-        main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
-        main_layer_prefix=root + "layers.{k}.",
-        main_norm=f"{root}norm.weight",
-        megatron_wrapper=_QWEN_WRAPPER if mapped else None,
-        gated_attention=gated_attention,
-        shared_expert_style=shared_expert_style,
-        hf_aliases=hf_aliases,
-        gdn_split=gdn_split,
-        writer=writer,
-        accept=accept,
+        megatron=megatron,
+        support=Support(writer=writer, accept=accept),
         notes=notes,
     )
 
 
-_QWEN_WRAPPER = (
+QWEN_HEAD_PARTS = (
     "mtp.pre_fc_norm_embedding.weight",
     "mtp.pre_fc_norm_hidden.weight",
     "mtp.fc.weight",
@@ -97,6 +87,10 @@ _QWEN_WRAPPER = (
 )
 """Megatron's enorm, hnorm, eh_proj and final_layernorm of the one MTP layer (Megatron-Bridge
 0.6 ``qwen35_bridge.py``: ``mtp.layers.0.{enorm, hnorm, eh_proj, final_layernorm}``)."""
+_QWEN_MAPPING = MegatronMapping(
+    gated_attention=True, shared_expert_style="shared_expert", gdn_split=True
+)
+"""Qwen3.5's: gated attention, Qwen's gated shared expert, the four-tensor delta-net input."""
 
 
 def _appended(
@@ -111,7 +105,7 @@ def _appended(
     copy_policy: CopyPolicy = CopyPolicy.NONE,
     block_lacks: tuple[str, ...] = (),
     accept: AcceptSupport = NOT_MEASURABLE,
-    engine_zeroes_position0: bool = False,
+    serving: Serving = _SERVED_AS_TRAINED,
     notes: str = "",
     mapped: bool = False,
     hf_aliases: tuple[tuple[str, str], ...] = (),
@@ -121,27 +115,27 @@ def _appended(
     tensors of its own around a block that mirrors a main layer; ``mapped``: with the
     HF <-> Megatron mapping whose final_layernorm is the first ``tail`` tensor."""
     prefix = root + "layers.{n}."
+    specific = _under(prefix, (*_EH, *tail))
     return MtpFamily(
         key=key,
         display=display,
         model_types=model_types,
         architectures=architectures,
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix=prefix,
-        specific=_under(prefix, (*_EH, *tail)),
-        projection=prefix + "eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        copies=copies,
-        copy_policy=copy_policy,
-        main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
-        main_layer_prefix=root + "layers.{k}.",
-        main_norm=f"{root}norm.weight",
-        block_lacks=block_lacks,
-        megatron_wrapper=_under(prefix, (*_EH, tail[0])) if mapped else None,
-        hf_aliases=hf_aliases,
-        accept=accept,
-        engine_zeroes_position0=engine_zeroes_position0,
+        layout=HfLayout(
+            layer_prefix=prefix,
+            specific=specific,
+            projection=prefix + "eh_proj.weight",
+            copies=copies,
+            copy_policy=copy_policy,
+            main_shared=main_shared or (f"{root}embed_tokens.weight", "lm_head.weight"),
+            main_layer_prefix=root + "layers.{k}.",
+            main_norm=f"{root}norm.weight",
+            block_lacks=block_lacks,
+            head_parts=specific[:4] if mapped else None,
+        ),
+        megatron=MegatronMapping(hf_aliases=hf_aliases) if mapped else None,
+        serving=serving,
+        support=Support(accept=accept),
         notes=notes,
     )
 
@@ -157,55 +151,73 @@ def _qwen4_exp(key: str, model_type: str, architecture: str, root: str) -> MtpFa
         display="Qwen3.8-Flash-Next (qwen4_exp)",
         model_types=(model_type,),
         architectures=(architecture,),
-        count_keys=_QWEN_COUNT,
-        default_count=1,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(
-            "mtp.fc_embedding.weight",
-            "mtp.fc_hidden.weight",
-            "mtp.pre_fc_norm_embedding.weight",
-            "mtp.pre_fc_norm_hidden.weight",
-            "mtp.hyper_connection_mixer.hc_norm.weight",
-            "mtp.hyper_connection_mixer.input_mix_weight_down.weight",
-            "mtp.hyper_connection_mixer.input_mix_weight_up.weight",
+        count=_QWEN_COUNT,
+        layout=HfLayout(
+            layer_prefix="mtp.layers.{i}.",
+            specific=(
+                "mtp.fc_embedding.weight",
+                "mtp.fc_hidden.weight",
+                "mtp.pre_fc_norm_embedding.weight",
+                "mtp.pre_fc_norm_hidden.weight",
+                "mtp.hyper_connection_mixer.hc_norm.weight",
+                "mtp.hyper_connection_mixer.input_mix_weight_down.weight",
+                "mtp.hyper_connection_mixer.input_mix_weight_up.weight",
+            ),
+            projection="mtp.fc_embedding.weight",
+            concat_order=ConcatOrder.SPLIT,
+            main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
+            main_layer_prefix=root + "layers.{k}.",
+            main_norm=f"{root}hyper_connection_mixer.hc_norm.weight",  # no final norm of its own
+            block_lacks=("ple.",),
         ),
-        projection="mtp.fc_embedding.weight",
-        concat_order=ConcatOrder.SPLIT,
-        main_shared=(f"{root}embed_tokens.weight", "lm_head.weight"),
-        main_layer_prefix=root + "layers.{k}.",
-        main_norm=f"{root}hyper_connection_mixer.hc_norm.weight",  # no final norm of its own
-        gated_attention=True,
-        shared_expert_style="shared_expert",
-        block_lacks=("ple.",),
-        accept=_HC_SPLIT,
+        support=Support(accept=_HC_SPLIT),
         notes="main layers with per-layer embeddings (ple.*) have them; the MTP block does not",
     )
 
 
+_STEP3P7 = _appended(
+    "step3p7",
+    "Step-3.7",
+    ("step3p7",),
+    ("Step3p7ForConditionalGeneration",),
+    root="model.",
+    tail=("shared_head.norm.weight", "shared_head.head.weight"),
+    notes="3 MTP layers with sliding attention and a dense MLP, each with its own head",
+)
+"""Step-3.7 as appended layers; its entry adds each layer's own head and how it is served."""
+_MTP_MODULES = MtpCount(("num_mtp_modules",))
+_NEMOTRON_H_SPECIFIC = (
+    "mtp.layers.{first}.enorm.weight",
+    "mtp.layers.{first}.hnorm.weight",
+    "mtp.layers.{first}.eh_proj.weight",
+    "mtp.layers.{last}.final_layernorm.weight",
+)
+"""Nemotron-H's MTP-only tensors: Megatron's enorm, hnorm, eh_proj, final_layernorm."""
+_NO_MTP_LAYERS = HfLayout(layer_prefix="mtp.layers.{i}.", specific=(), projection="")
+"""Gemma 4's: the drafter is a model of its own, not MTP layers inside the checkpoint."""
+
 FAMILIES_2026: tuple[MtpFamily, ...] = (
     # transformers models/qwen3_5{,_moe}; vLLM qwen3_5_mtp.py (Qwen3_5MTP, Qwen3_5MoeMTP),
     # SGLang qwen3_5_mtp.py. Count in text_config; vLLM assumes 1 when absent.
-    _qwen_style(
+    qwen_style(
         "qwen3_5",
         "Qwen3.5 / 3.6 (VLM)",
         ("qwen3_5", "qwen3_5_moe"),
         ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
         root="model.language_model.",
+        megatron=_QWEN_MAPPING,
         accept=MEASURABLE,
-        mapped=True,
-        gdn_split=True,
         notes="MTP block is a full-attention layer; MoE releases pack experts in one of main "
         "and MTP and not the other, either way round",
     ),
-    _qwen_style(
+    qwen_style(
         "qwen3_5_text",
         "Qwen3.5 / 3.6 (text-only)",
         ("qwen3_5_text", "qwen3_5_moe_text"),
         ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"),
         root="model.",
+        megatron=_QWEN_MAPPING,
         accept=MEASURABLE,
-        mapped=True,
-        gdn_split=True,
         writer=MegatronWriter(
             "qwen3_next",
             "te",
@@ -217,29 +229,27 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
     ),
     # transformers models/exaone_moe; vLLM exaone_moe_mtp.py, SGLang exaone_moe_mtp.py.
     # The MTP block has a dense MLP (it mirrors main layer 0, not the MoE layers).
-    _qwen_style(
+    qwen_style(
         "exaone_moe",
         "K-EXAONE (EXAONE MoE)",
         ("exaone_moe",),
         ("ExaoneMoeForCausalLM", "ExaoneMoEForCausalLM"),
         root="model.",
-        count_keys=_NEXTN,
-        gated_attention=False,
-        mapped=True,
-        shared_expert_style="shared_experts",
+        count=_NEXTN_ONE,
         # Megatron-Bridge 0.6 exaone_moe_bridge.py: the bias sits beside the gate
-        hf_aliases=(("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"),),
+        megatron=MegatronMapping(
+            hf_aliases=(("mlp.gate.e_score_correction_bias", "mlp.e_score_correction_bias"),),
+        ),
     ),
     # transformers models/exaone4_5 (text model exaone4, post-norm layers);
     # vLLM exaone4_5_mtp.py reads the count from the top-level config, default 1.
-    _qwen_style(
+    qwen_style(
         "exaone4_5",
         "EXAONE 4.5 (VLM)",
         ("exaone4_5",),
         ("Exaone4_5_ForConditionalGeneration",),
         root="model.language_model.",
-        count_keys=_NEXTN,
-        gated_attention=False,
+        count=_NEXTN_ONE,
     ),
     # transformers models/qwen4_exp; SGLang qwen4_exp_mtp.py. No concat: the embedding and
     # each hyper-connection stream of the hidden state are projected apart and summed.
@@ -259,36 +269,38 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="DeepSeek-V4",
         model_types=("deepseek_v4",),
         architectures=("DeepseekV4ForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="mtp.{i}.",
-        specific=_under(
-            "mtp.{i}.",
-            (
-                "enorm.weight",
-                "hnorm.weight",
-                "e_proj.weight",
-                "h_proj.weight",
-                "norm.weight",
-                "hc_head_fn",
-                "hc_head_base",
-                "hc_head_scale",
+        layout=HfLayout(
+            layer_prefix="mtp.{i}.",
+            specific=_under(
+                "mtp.{i}.",
+                (
+                    "enorm.weight",
+                    "hnorm.weight",
+                    "e_proj.weight",
+                    "h_proj.weight",
+                    "norm.weight",
+                    "hc_head_fn",
+                    "hc_head_base",
+                    "hc_head_scale",
+                ),
             ),
+            projection="mtp.{i}.e_proj.weight",
+            concat_order=ConcatOrder.SPLIT,
+            copies=(
+                SharedCopy("mtp.{i}.emb.tok_emb.weight", "embed.weight"),
+                SharedCopy("mtp.{i}.head.weight", "head.weight"),
+            ),
+            copy_policy=CopyPolicy.OPTIONAL,
+            main_shared=("embed.weight", "head.weight"),
+            main_layer_prefix="layers.{k}.",
+            main_norm="norm.weight",
+            block_lacks=("attn.compressor.", "attn.indexer."),
         ),
-        projection="mtp.{i}.e_proj.weight",
-        concat_order=ConcatOrder.SPLIT,
-        copies=(
-            SharedCopy("mtp.{i}.emb.tok_emb.weight", "embed.weight"),
-            SharedCopy("mtp.{i}.head.weight", "head.weight"),
-        ),
-        copy_policy=CopyPolicy.OPTIONAL,
-        main_shared=("embed.weight", "head.weight"),
-        main_layer_prefix="layers.{k}.",
-        main_norm="norm.weight",
-        block_lacks=("attn.compressor.", "attn.indexer."),
-        accept=AcceptSupport(
-            why_not="split e_proj/h_proj projections over hyper-connection streams are not "
-            "built yet"
+        support=Support(
+            accept=AcceptSupport(
+                why_not="split e_proj/h_proj projections over hyper-connection streams are "
+                "not built yet"
+            )
         ),
         notes="e_proj(embedding) + h_proj(hidden); the Base release stores embed/head copies",
     ),
@@ -366,13 +378,12 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="Hunyuan HY-V4",
         model_types=("hy_v4",),
         architectures=("HYV4ForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="model.mtp_layers.{i}.",
-        specific=_under("model.mtp_layers.{i}.", (*_EH, "final_layernorm.weight")),
-        projection="model.mtp_layers.{i}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        block_lacks=("hc_pre.",),
+        layout=HfLayout(
+            layer_prefix="model.mtp_layers.{i}.",
+            specific=_under("model.mtp_layers.{i}.", (*_EH, "final_layernorm.weight")),
+            projection="model.mtp_layers.{i}.eh_proj.weight",
+            block_lacks=("hc_pre.",),
+        ),
     ),
     # transformers models/bailing_hybrid (bailing_moe_v2 is remote code); SGLang
     # bailing_moe_nextn.py. Embedding is model.word_embeddings.
@@ -384,7 +395,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         root="model.",
         tail=("final_layernorm.weight",),
         main_shared=("model.word_embeddings.weight", "lm_head.weight"),
-        engine_zeroes_position0=True,
+        serving=Serving(zeroes_position0=True),
         accept=AcceptSupport(
             why_not="its MTP block keeps the release's tensor names (attention.dense, "
             "kv_a_proj_with_mqa, ...), which transformers renames while loading; accept maps "
@@ -401,25 +412,14 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
     # shared_head.norm is chained to depth d+1 (transformers' MtpModel instead chains the
     # normed output and uses the main lm_head).
     replace(
-        _appended(
-            "step3p7",
-            "Step-3.7",
-            ("step3p7",),
-            ("Step3p7ForConditionalGeneration",),
-            root="model.",
-            tail=("shared_head.norm.weight", "shared_head.head.weight"),
-            notes="3 MTP layers with sliding attention and a dense MLP, each with its own head",
+        _STEP3P7,
+        layout=replace(
+            _STEP3P7.layout,
+            head_parts=_STEP3P7.layout.specific[:4],
+            head_output="model.layers.{n}.shared_head.head.weight",
         ),
-        head_parts=(
-            "model.layers.{n}.enorm.weight",
-            "model.layers.{n}.hnorm.weight",
-            "model.layers.{n}.eh_proj.weight",
-            "model.layers.{n}.shared_head.norm.weight",
-        ),
-        head_output="model.layers.{n}.shared_head.head.weight",
-        chain_hidden=ChainHidden.PRE_NORM,
-        accept=MEASURABLE,
-        engine_first_state=ChainHidden.PRE_NORM,
+        serving=Serving(chain_hidden=ChainHidden.PRE_NORM, first_state=ChainHidden.PRE_NORM),
+        support=Support(accept=MEASURABLE),
     ),
     # transformers models/mimo_v2_flash (ignores r"^model\.mtp\."); vLLM mimo_v2_flash_mtp.py.
     # No count key: vLLM maps the 3 layers released checkpoints hold onto one shared MTP layer
@@ -431,32 +431,35 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="MiMo-V2-Flash",
         model_types=("mimo_v2_flash",),
         architectures=("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"),
-        count_keys=_NEXTN,
-        default_count=3,
-        layer_prefix="model.mtp.layers.{i}.",
-        specific=_under(
-            "model.mtp.layers.{i}.",
-            (
-                *_EH,
-                "input_layernorm.weight",
-                "self_attn.q_proj.weight",
-                "self_attn.k_proj.weight",
-                "self_attn.v_proj.weight",
-                "self_attn.o_proj.weight",
-                "pre_mlp_layernorm.weight",
-                "mlp.gate_proj.weight",
-                "mlp.up_proj.weight",
-                "mlp.down_proj.weight",
-                "final_layernorm.weight",
+        count=MtpCount(default=3),
+        layout=HfLayout(
+            layer_prefix="model.mtp.layers.{i}.",
+            specific=_under(
+                "model.mtp.layers.{i}.",
+                (
+                    *_EH,
+                    "input_layernorm.weight",
+                    "self_attn.q_proj.weight",
+                    "self_attn.k_proj.weight",
+                    "self_attn.v_proj.weight",
+                    "self_attn.o_proj.weight",
+                    "pre_mlp_layernorm.weight",
+                    "mlp.gate_proj.weight",
+                    "mlp.up_proj.weight",
+                    "mlp.down_proj.weight",
+                    "final_layernorm.weight",
+                ),
             ),
+            projection="model.mtp.layers.{i}.eh_proj.weight",
+            inner_mirrors_main=False,
         ),
-        projection="model.mtp.layers.{i}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        inner_mirrors_main=False,
-        accept=AcceptSupport(
-            why_not="its MTP block (sliding-window attention with its own head counts, "
-            "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot be "
-            "built for it (no num_mtp_layers in its config), so there is no outside reference"
+        support=Support(
+            accept=AcceptSupport(
+                why_not="its MTP block (sliding-window attention with its own head counts, "
+                "pre_mlp_layernorm) is no main decoder layer, and transformers' MtpModel cannot "
+                "be built for it (no num_mtp_layers in its config), so there is no outside "
+                "reference"
+            )
         ),
         notes="no count key; released checkpoints hold 3 MTP layers (vLLM serves one shared "
         "layer from them)",
@@ -468,15 +471,20 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="MiniMax-M3",
         model_types=("minimax_m3_vl",),
         architectures=("MiniMaxM3SparseForConditionalGeneration",),
-        count_keys=("num_mtp_modules",),
-        default_count=None,
-        layer_prefix="language_model.model.mtp.layers.{i}.transformer_layer.",
-        specific=_under("language_model.model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
-        projection="language_model.model.mtp.layers.{i}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        main_shared=("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"),
-        main_layer_prefix="language_model.model.layers.{k}.",
-        main_norm="language_model.model.norm.weight",
+        count=_MTP_MODULES,
+        layout=HfLayout(
+            layer_prefix="language_model.model.mtp.layers.{i}.transformer_layer.",
+            specific=_under(
+                "language_model.model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")
+            ),
+            projection="language_model.model.mtp.layers.{i}.eh_proj.weight",
+            main_shared=(
+                "language_model.model.embed_tokens.weight",
+                "language_model.lm_head.weight",
+            ),
+            main_layer_prefix="language_model.model.layers.{k}.",
+            main_norm="language_model.model.norm.weight",
+        ),
     ),
     # MiniMax-M2 / M2.5 / M2.7 configs advertise use_mtp and num_mtp_modules: 3, but no
     # release ships MTP weights (MiniMax-M2.7 issue #16); no engine has an MTP loader. The
@@ -486,12 +494,12 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="MiniMax-M2",
         model_types=("minimax_m2",),
         architectures=("MiniMaxM2ForCausalLM",),
-        count_keys=("num_mtp_modules",),
-        default_count=None,
-        layer_prefix="model.mtp.layers.{i}.transformer_layer.",
-        specific=_under("model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
-        projection="model.mtp.layers.{i}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        count=_MTP_MODULES,
+        layout=HfLayout(
+            layer_prefix="model.mtp.layers.{i}.transformer_layer.",
+            specific=_under("model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
+            projection="model.mtp.layers.{i}.eh_proj.weight",
+        ),
         notes="configs advertise 3 MTP modules; released weights hold none",
     ),
     # transformers models/nemotron_h (ignores r"mtp.*"); vLLM nemotron_h_mtp.py, SGLang
@@ -504,34 +512,26 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="Nemotron-H / Nemotron 3",
         model_types=("nemotron_h",),
         architectures=("NemotronHForCausalLM",),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(
-            "mtp.layers.{first}.enorm.weight",
-            "mtp.layers.{first}.hnorm.weight",
-            "mtp.layers.{first}.eh_proj.weight",
-            "mtp.layers.{last}.final_layernorm.weight",
+        layout=HfLayout(
+            layer_prefix="mtp.layers.{i}.",
+            specific=_NEMOTRON_H_SPECIFIC,
+            projection="mtp.layers.{first}.eh_proj.weight",
+            main_shared=("backbone.embeddings.weight", "lm_head.weight"),
+            main_layer_prefix="backbone.layers.{k}.",
+            main_norm="backbone.norm_f.weight",
+            flat_layers_keys=(
+                ("mtp_hybrid_override_pattern", "hybrid_override_pattern"),
+                ("mtp_layers_block_type", "layers_block_type"),
+            ),
+            head_parts=_NEMOTRON_H_SPECIFIC,
         ),
-        projection="mtp.layers.{first}.eh_proj.weight",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
-        main_shared=("backbone.embeddings.weight", "lm_head.weight"),
-        main_layer_prefix="backbone.layers.{k}.",
-        main_norm="backbone.norm_f.weight",
-        megatron_wrapper=(
-            "mtp.layers.{first}.enorm.weight",
-            "mtp.layers.{first}.hnorm.weight",
-            "mtp.layers.{first}.eh_proj.weight",
-            "mtp.layers.{last}.final_layernorm.weight",
-        ),
-        hybrid_layers=True,
-        flat_layers_keys=(
-            ("mtp_hybrid_override_pattern", "hybrid_override_pattern"),
-            ("mtp_layers_block_type", "layers_block_type"),
-        ),
-        accept=AcceptSupport(
-            why_not="transformers cannot run speculative decoding on its stateful Mamba "
-            "layers, and the head is not built yet"
+        megatron=MegatronMapping(hybrid_layers=True),
+        serving=Serving(limits=NEMOTRON_H_ONE_LAYER),
+        support=Support(
+            accept=AcceptSupport(
+                why_not="transformers cannot run speculative decoding on its stateful Mamba "
+                "layers, and the head is not built yet"
+            )
         ),
     ),
     # transformers models/gemma4 and models/gemma4_assistant; vLLM gemma4_mtp.py. Gemma 4's
@@ -541,15 +541,12 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="Gemma 4",
         model_types=("gemma4", "gemma4_text", "gemma4_unified"),
         architectures=("Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(),
-        projection="",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        layout=_NO_MTP_LAYERS,
         drafter=Drafter.SEPARATE,
-        accept=AcceptSupport(
-            why_not="its drafter is a separate checkpoint (the -assistant repository)"
+        support=Support(
+            accept=AcceptSupport(
+                why_not="its drafter is a separate checkpoint (the -assistant repository)"
+            )
         ),
         notes="the drafter ships as a separate <model>-assistant repository",
     ),
@@ -558,15 +555,13 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         display="Gemma 4 assistant (drafter)",
         model_types=("gemma4_assistant", "gemma4_unified_assistant"),
         architectures=("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"),
-        count_keys=_NEXTN,
-        default_count=None,
-        layer_prefix="mtp.layers.{i}.",
-        specific=(),
-        projection="",
-        concat_order=ConcatOrder.EMBEDDING_FIRST,
+        layout=_NO_MTP_LAYERS,
         drafter=Drafter.IS_DRAFTER,
-        accept=AcceptSupport(
-            why_not="this checkpoint is a drafter for a Gemma 4 model, not a model with MTP layers"
+        support=Support(
+            accept=AcceptSupport(
+                why_not="this checkpoint is a drafter for a Gemma 4 model, not a model with MTP "
+                "layers"
+            )
         ),
         notes="a whole drafter model; its backbone_hidden_size must equal the target's hidden_size",
     ),

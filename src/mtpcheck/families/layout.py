@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtpcheck.errors import ConfigError
+from mtpcheck.families.block_mirrors import in_block_form, other_kind, pick_reference
 from mtpcheck.families.catalog import (
     FAMILIES,
     FAMILY_BY_MODEL_TYPE,
@@ -19,11 +20,11 @@ from mtpcheck.families.catalog import (
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
 from mtpcheck.families.name_templates import (
     LayerNames,
-    fill_template,
+    NameTemplate,
+    depth_of,
     full_matches,
     joined_names,
     prefix_runs,
-    template_pattern,
 )
 from mtpcheck.families.quantized_parts import lacking, own_parts_lacking
 from mtpcheck.model import (
@@ -34,7 +35,7 @@ from mtpcheck.model import (
     total_nbytes,
 )
 from mtpcheck.model.config_keys import TEXT_ROOTS, is_int, lookup, text_value
-from mtpcheck.params import FUSED_EXPERTS, group, stored_forms
+from mtpcheck.params import stored_forms
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,17 @@ class MtpAnalysis:
 
     @property
     def mtp_names(self) -> frozenset[str]:
+        """Every MTP tensor the checkpoint holds, over all depths."""
         return frozenset(n for layer in self.layers for n in layer.present)
 
     @property
     def complete_layers(self) -> int:
+        """MTP depths that hold tensors and lack none."""
         return sum(1 for layer in self.layers if layer.complete and layer.present)
 
     def scope(self, tensors: Mapping[str, TensorMeta]) -> frozenset[str]:
         """MTP tensors plus the main embedding and head they share, as present."""
-        shared = self.family.main_shared if self.family else _DEFAULT_SHARED
+        shared = self.family.layout.main_shared if self.family else _DEFAULT_SHARED
         return self.mtp_names | {n for n in shared if n in tensors}
 
 
@@ -128,17 +131,17 @@ def declared_count(
     config: Mapping[str, Any], family: MtpFamily | None, config_path: str | None
 ) -> DeclaredCount:
     """Read the declared MTP count; a value of the wrong type is a :class:`ConfigError`."""
-    keys = family.count_keys if family else GENERIC_COUNT_KEYS
+    keys = family.count.keys if family else GENERIC_COUNT_KEYS
     for key in keys:
         found = _count_at(config, key, config_path, null_is_zero=True)
         if found is not None:
             return DeclaredCount(found[0], found[1], True)
     if not config:
         return DeclaredCount(None, "no config.json", False)
-    if family and family.default_count is not None:
+    if family and family.count.default is not None:
         return DeclaredCount(
-            family.default_count,
-            f"no count key; {family.display} loaders assume {family.default_count}",
+            family.count.default,
+            f"no count key; {family.display} loaders assume {family.count.default}",
             False,
         )
     return DeclaredCount(None, f"no {' / '.join(keys[:2])} in config", False)
@@ -154,7 +157,7 @@ def _hidden_layers(
 def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     """The MTP per-depth pattern and the main layers' pattern (one entry a layer; empty when
     the config has none). Hub configs spell them as strings, transformers' as lists."""
-    for mtp_key, main_key in family.flat_layers_keys:
+    for mtp_key, main_key in family.layout.flat_layers_keys:
         for root in TEXT_ROOTS:
             mtp = lookup(config, root + mtp_key)
             if isinstance(mtp, str | list) and mtp:
@@ -166,7 +169,7 @@ def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], 
 def hidden_layer_count(family: MtpFamily, config: Mapping[str, Any]) -> int | None:
     """The main decoder layers: the family's count key, else the length of its main layers'
     pattern (Nemotron-H's ``layers_block_type``; a hybrid Megatron pattern ends at ``/``)."""
-    found = _count_at(config, family.hidden_layers_key, None)
+    found = _count_at(config, family.count.hidden_layers_key, None)
     if found:
         return found[0]
     main = _patterns(family, config)[1]
@@ -195,7 +198,7 @@ def _first_specific_layer(
     joined = joined_names(names) if joined is None else joined
     found = [
         int(m.group("n"))
-        for template in family.specific
+        for template in family.layout.specific
         if "{n}" in template
         for _, m in full_matches(names, joined, template)
     ]
@@ -207,189 +210,248 @@ def _infer_base(family: MtpFamily, names: list[str]) -> int:
     found = _first_specific_layer(family, names)
     if found is not None:
         return found
-    main = template_pattern(family.main_layer_prefix.replace("{k}", "{n}"), prefix_only=True)
-    layers = [int(m.group("n")) for n in names if (m := main.match(n))]
+    main = NameTemplate(family.layout.main_layer_prefix)
+    layers = [hit[0]["k"] for n in names if (hit := main.match_prefix(n))]
     return max(layers) + 1 if layers else 0
 
 
-_PER_EXPERT = re.compile(r"^mlp\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.")
-PACKED_EXPERTS = tuple(FUSED_EXPERTS)
-"""How transformers 5 and Qwen's BF16 releases store a layer's routed experts when packed."""
+def _mtp_base(family: MtpFamily, names: list[str], joined: str | None, hidden: int | None) -> int:
+    """The absolute layer number of MTP depth 0 (``{n}`` of depth ``i`` is ``base + i``):
+    num_hidden_layers, else inferred from the names; lower where MTP-only tensors sit inside
+    the main layers' numbering (Ling-V2's remote code counts its MTP layers as hidden)."""
+    base = hidden if hidden is not None else _infer_base(family, names)
+    early = _first_specific_layer(family, names, joined) if hidden is not None else None
+    return early if early is not None and early < base else base
 
 
-def _in_block_form(
-    expected: frozenset[str], inner: set[str], main_prefix: str, tensors: Mapping[str, TensorMeta]
-) -> frozenset[str]:
-    """The main layer's tensor names as the MTP block stores them. Qwen3.5/3.6 releases pack
-    the routed experts of one and keep one tensor per expert in the other, either way round;
-    the expert count of packed main experts is their first dimension."""
-    packed = set(PACKED_EXPERTS)
-    per_expert = {rel for rel in expected if _PER_EXPERT.match(rel)}
-    if inner & packed and per_expert and not packed <= expected:
-        return frozenset((expected - per_expert) | packed)
-    if packed <= expected and not inner & packed and any(map(_PER_EXPERT.match, inner)):
-        meta = tensors.get(main_prefix + PACKED_EXPERTS[0])
-        count = meta.shape[0] if meta is not None and meta.shape else 0
-        unpacked = {
-            f"mlp.experts.{e}.{proj}.weight"
-            for e in range(count)
-            for proj in ("gate_proj", "up_proj", "down_proj")
+def _depth_members(
+    family: MtpFamily, names: list[str], joined: str | None, base: int, span: int
+) -> dict[int, set[str]]:
+    """MTP depth -> the checkpoint's names that belong to it: under its layer prefix, or one
+    of its MTP-only tensors or copies (in any stored form, where outside the prefix)."""
+    members: dict[int, set[str]] = {}
+    for start, stop, _, groups in prefix_runs(names, family.layout.layer_prefix):
+        if (i := depth_of(groups, base, span)) >= 0:
+            members.setdefault(i, set()).update(names[start:stop])
+    for template in (*family.layout.specific, *(c.template for c in family.layout.copies)):
+        under = template.startswith(family.layout.layer_prefix)
+        if under and "{" not in template[len(family.layout.layer_prefix) :]:
+            # every name it matches was matched above by the prefix, with the same depth
+            continue
+        # outside the layer prefix, a quantized tensor's parts are found by their own names
+        for form in (template,) if under else stored_forms(template):
+            for name, m in full_matches(names, joined, form):
+                if (i := depth_of(m.groupdict(), base, span)) >= 0:
+                    members.setdefault(i, set()).add(name)
+    return members
+
+
+@dataclass(frozen=True)
+class _Depths:
+    """What the questions asked of each MTP depth of a known family share."""
+
+    family: MtpFamily
+    tensors: Mapping[str, TensorMeta]
+    base: int
+    """Absolute layer number of depth 0."""
+    span: int
+    """Flat layers one depth spans."""
+    mtp_kinds: list[Any]
+    """The MTP pattern's kind per flat position (empty when the config has none)."""
+    main_kinds: list[Any]
+    """The main layers' pattern's kind per layer (empty when the config has none)."""
+    members: Mapping[int, set[str]]
+    """Depth -> its names in the checkpoint."""
+    main: Mapping[int, frozenset[str]]
+    """Main layer -> its tensor names relative to its prefix."""
+    own: Mapping[int, set[str]]
+    """Depth -> its MTP-only tensor names."""
+    copy_names: Mapping[int, set[str]]
+    """Depth -> its copies' names, every stored form."""
+
+    def fill(self, template: str, i: int, span: int = 1) -> str:
+        """``template`` filled for depth (or flat layer) ``i`` of this checkpoint."""
+        return NameTemplate(template).fill(i, self.base, span)
+
+    def flat_layers(self, i: int) -> range:
+        """The flat layers of depth ``i``."""
+        return range(i * self.span, (i + 1) * self.span)
+
+    def inner(self, i: int, flat: int) -> tuple[str, set[str]]:
+        """Flat layer ``flat``'s prefix and its names relative to it, MTP-only tensors and
+        copies left out: the block that mirrors a main decoder layer."""
+        prefix = self.fill(self.family.layout.layer_prefix, flat, self.span)
+        rest = self.members.get(i, set()) - self.own[i] - self.copy_names[i]
+        return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
+
+    def candidates(self, flat: int) -> Mapping[int, frozenset[str]]:
+        """Main layers a flat MTP layer can mirror: those of its pattern entry, if known."""
+        if not self.mtp_kinds or not self.main_kinds:
+            return self.main
+        kind = self.mtp_kinds[flat % self.span]
+        return {
+            k: v
+            for k, v in self.main.items()
+            if k < len(self.main_kinds) and self.main_kinds[k] == kind
         }
-        return frozenset((expected - packed) | unpacked)
-    return expected
 
 
-def _other_kind(inner: set[str], expected: frozenset[str]) -> bool:
-    """Whether a block and the main layer picked for it each hold parameters the other lacks
-    (stored forms aside: a BF16 block beside quantized main layers is alike): a main layer of
-    another kind, picked because the block's own is gone (which the main-model check reports),
-    not the block's own loss."""
-    if inner <= expected or expected <= inner:
-        return False  # alike as stored (most checkpoints): no grouping needed
-    mine, theirs = set(group(inner)), set(group(expected))
-    return not mine <= theirs and not theirs <= mine
+def _depths(
+    family: MtpFamily,
+    config: Mapping[str, Any],
+    tensors: Mapping[str, TensorMeta],
+    names: list[str],
+    joined: str | None,
+    base: int,
+    nested: int,
+    declared: DeclaredCount,
+) -> tuple[_Depths, list[int]]:
+    """The shared facts of a family checkpoint's MTP depths, and the depths to report: those
+    holding a name and those the config declares."""
+    mtp_kinds, main_kinds = _patterns(family, config)
+    span = max(1, len(mtp_kinds) or nested)
+    members = _depth_members(family, names, joined, base, span)
+    wanted = sorted(set(members) | set(range(declared.value or 0)))
+    copies = [NameTemplate(c.template) for c in family.layout.copies]
+    specific = [NameTemplate(t) for t in family.layout.specific]
+    depths = _Depths(
+        family=family,
+        tensors=tensors,
+        base=base,
+        span=span,
+        mtp_kinds=mtp_kinds,
+        main_kinds=main_kinds,
+        members=members,
+        main=LayerNames(names, family.layout.main_layer_prefix, base),
+        own={i: {t.fill(i, base, span) for t in specific if i == 0 or not t.fixed} for i in wanted},
+        copy_names={i: {f for c in copies for f in stored_forms(c.fill(i, base))} for i in wanted},
+    )
+    return depths, wanted
 
 
-def _pick_reference(
-    main: Mapping[int, frozenset[str]], inner: set[str]
-) -> tuple[int, frozenset[str]] | None:
-    """The main layer sharing the most tensor names with the MTP block (latest on ties)."""
-    if not main:
-        return None
-    # Latest first: a layer holding every name of the block cannot be beaten (DeepSeek-V3:
-    # one set intersection instead of 61).
-    best, shared = -1, -1
-    for k in sorted(main, reverse=True):
-        n = len(main[k] & inner)
-        if n > shared:
-            best, shared = k, n
-            if n == len(inner):
-                break
-    return best, main[best]
+def _siblings(d: _Depths, wanted: list[int]) -> dict[int, int]:
+    """Flat position -> the main layer its first block holding tensors mirrors: a block that is
+    wholly gone mirrors what its siblings at the same position mirror."""
+    sibling: dict[int, int] = {}
+    for i in wanted:
+        for flat in d.flat_layers(i):
+            inner = d.inner(i, flat)[1]
+            if inner and flat % d.span not in sibling:
+                if (picked := pick_reference(d.candidates(flat), inner)) is not None:
+                    sibling[flat % d.span] = picked[0]
+    return sibling
+
+
+def _copies(d: _Depths, i: int, present: set[str]) -> tuple[list[tuple[str, str]], set[str]]:
+    """Depth ``i``'s copies of main tensors present (quantized ones too, by their parameter),
+    as (copy, main) pairs, and those missing where the family requires them."""
+    found: list[tuple[str, str]] = []
+    missing: set[str] = set()
+    for copy in d.family.layout.copies:
+        name = d.fill(copy.template, i)
+        if name in present or present.intersection(stored_forms(name)):
+            found.append((name, copy.main))
+        elif d.family.layout.copy_policy is CopyPolicy.REQUIRED:
+            missing.add(name)
+    return found, missing
+
+
+@dataclass(frozen=True)
+class _Mirroring:
+    """How depth ``i``'s blocks compare with the main layers they mirror."""
+
+    mirrors: list[tuple[str, str]]
+    """(block prefix, main layer prefix), one per block compared."""
+    missing: set[str]
+    """Names the blocks lack that their main layers hold."""
+    reference: tuple[str, frozenset[str]] | None
+    """The last main layer compared against: its prefix and its relative names."""
+
+
+def _mirroring(d: _Depths, i: int, sibling: Mapping[int, int]) -> _Mirroring:
+    """Compare each block of depth ``i`` with the main layer it mirrors: the one sharing the
+    most names, or its siblings' where the block is gone; a main layer of another kind is
+    skipped (the main-model check reports the block's own kind gone)."""
+    mirrors: list[tuple[str, str]] = []
+    missing: set[str] = set()
+    reference: tuple[str, frozenset[str]] | None = None
+    if not d.family.layout.inner_mirrors_main:
+        return _Mirroring(mirrors, missing, reference)
+    own_forms = {f for n in d.own[i] for f in stored_forms(n)}
+    main_template = NameTemplate(d.family.layout.main_layer_prefix)
+    for flat in d.flat_layers(i):
+        prefix, inner = d.inner(i, flat)
+        pool = d.candidates(flat)
+        k = sibling.get(flat % d.span) if not inner else None
+        picked = (k, pool[k]) if k is not None and k in pool else pick_reference(pool, inner)
+        if picked is None:
+            continue
+        main_prefix = main_template.main_layer(picked[0])
+        expected = in_block_form(picked[1], inner, main_prefix, d.tensors)
+        if other_kind({r for r in inner if prefix + r not in own_forms}, expected):
+            continue
+        mirrors.append((prefix, main_prefix))
+        missing |= lacking(d.family, expected - inner, expected, prefix, inner, d.tensors)
+        reference = (main_prefix, picked[1])
+    return _Mirroring(mirrors, missing, reference)
+
+
+def _depth_report(
+    d: _Depths, i: int, sibling: Mapping[int, int]
+) -> tuple[MtpLayerReport, list[tuple[str, str]], _Mirroring]:
+    """Depth ``i``: its layer report (what it holds and lacks), its copies present, and how
+    its blocks mirror the main layers."""
+    present = d.members.get(i, set())
+    missing = {n for n in d.own[i] - present if not present.intersection(stored_forms(n))}
+    copies, copies_missing = _copies(d, i, present)
+    missing |= copies_missing
+    mirroring = _mirroring(d, i, sibling)
+    missing |= mirroring.missing
+    if mirroring.reference is not None:
+        mtp_only = d.own[i] | {d.fill(c.template, i) for c in d.family.layout.copies}
+        missing |= own_parts_lacking(mtp_only, present, *mirroring.reference, d.tensors)
+    first = d.fill(d.family.layout.layer_prefix, i * d.span, d.span)
+    return _layer_report(i, first, present, missing, d.tensors), copies, mirroring
+
+
+def _effective_family(
+    config: Mapping[str, Any], tensors: Mapping[str, TensorMeta]
+) -> tuple[MtpFamily | None, int]:
+    """The family, and the layers nested in a Megatron MTP depth (0 when none): a hybrid save
+    whose config may not say so (mcore-bridge's args.json) is hybrid by its names."""
+    family = detect_family(config)
+    nested = _nested_positions(tensors) if family in (MEGATRON, MEGATRON_HYBRID) else 0
+    return (MEGATRON_HYBRID if nested else family), nested
 
 
 def analyse(
     config: Mapping[str, Any], tensors: Mapping[str, TensorMeta], config_path: str | None = None
 ) -> MtpAnalysis:
     """Find the MTP layers of a checkpoint and what each one lacks."""
-    family = detect_family(config)
-    nested = _nested_positions(tensors) if family in (MEGATRON, MEGATRON_HYBRID) else 0
-    if nested:  # a hybrid save whose config may not say so (mcore-bridge's args.json)
-        family = MEGATRON_HYBRID
+    family, nested = _effective_family(config, tensors)
     declared = declared_count(config, family, config_path)
     hidden = _hidden_layers(
-        config, config_path, family.hidden_layers_key if family else "num_hidden_layers"
+        config, config_path, family.count.hidden_layers_key if family else "num_hidden_layers"
     )
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     names = sorted(tensors)
     if family is None:
         return _analyse_unknown(model_type, declared, hidden, names, tensors)
-
-    base = hidden if hidden is not None else _infer_base(family, names)
     joined = joined_names(names)
-    early = _first_specific_layer(family, names, joined) if hidden is not None else None
-    if early is not None and early < base:
-        base = early  # MTP layers counted inside num_hidden_layers (Ling-V2 remote code)
-    mtp_kinds, main_kinds = _patterns(family, config)
-    span = max(1, len(mtp_kinds) or nested)
-
-    def depth(groups: dict[str, str]) -> int:
-        if groups.get("n") is not None:
-            return int(groups["n"]) - base
-        if groups.get("d") is not None:
-            return int(groups["d"])
-        for key in ("i", "first", "last"):
-            if groups.get(key) is not None:
-                return int(groups[key]) // span
-        return 0
-
-    members: dict[int, set[str]] = {}
-    for start, stop, _, groups in prefix_runs(names, family.layer_prefix):
-        if (i := depth(groups)) >= 0:
-            members.setdefault(i, set()).update(names[start:stop])
-    for template in (*family.specific, *(c.template for c in family.copies)):
-        under = template.startswith(family.layer_prefix)
-        if under and "{" not in template[len(family.layer_prefix) :]:
-            # every name it matches was matched above by the prefix, with the same depth
-            continue
-        # outside the layer prefix, a quantized tensor's parts are found by their own names
-        for form in (template,) if under else stored_forms(template):
-            for name, m in full_matches(names, joined, form):
-                if (i := depth(m.groupdict())) >= 0:
-                    members.setdefault(i, set()).add(name)
-
-    main = LayerNames(names, family.main_layer_prefix.replace("{k}", "{n}"), base)
-    wanted = set(members) | set(range(declared.value or 0))
-    copy_names = {
-        i: {f for c in family.copies for f in stored_forms(fill_template(c.template, i, base))}
-        for i in wanted
-    }
-    own = {
-        i: {fill_template(t, i, base, span) for t in family.specific if i == 0 or "{" in t}
-        for i in wanted
-    }
-
-    def inner_of(i: int, flat: int) -> tuple[str, set[str]]:
-        prefix = fill_template(family.layer_prefix, flat, base, span)
-        rest = members.get(i, set()) - own[i] - copy_names[i]
-        return prefix, {n[len(prefix) :] for n in rest if n.startswith(prefix)}
-
-    def candidates(flat: int) -> Mapping[int, frozenset[str]]:
-        """Main layers a flat MTP layer can mirror: those of its pattern entry, if known."""
-        if not mtp_kinds or not main_kinds:
-            return main
-        kind = mtp_kinds[flat % span]
-        return {k: v for k, v in main.items() if k < len(main_kinds) and main_kinds[k] == kind}
-
-    # A block that is wholly gone mirrors what its siblings at the same position mirror.
-    sibling: dict[int, int] = {}
-    for i in sorted(wanted):
-        for flat in range(i * span, (i + 1) * span):
-            inner = inner_of(i, flat)[1]
-            if inner and flat % span not in sibling:
-                if (picked := _pick_reference(candidates(flat), inner)) is not None:
-                    sibling[flat % span] = picked[0]
-
-    layers = []
+    base = _mtp_base(family, names, joined, hidden)
+    d, wanted = _depths(family, config, tensors, names, joined, base, nested, declared)
+    sibling = _siblings(d, wanted)
+    layers: list[MtpLayerReport] = []
     references: dict[int, str] = {}
     mirrors: list[tuple[str, str]] = []
     copies: list[tuple[str, str]] = []
-    for i in sorted(wanted):
-        present = members.get(i, set())
-        missing = {n for n in own[i] - present if not present.intersection(stored_forms(n))}
-        for copy in family.copies:
-            name = fill_template(copy.template, i, base)
-            if name in present or present.intersection(stored_forms(name)):
-                copies.append((name, copy.main))  # quantized copies too, by their parameter
-            elif family.copy_policy is CopyPolicy.REQUIRED:
-                missing.add(name)
-        matched: list[str] = []
-        reference: tuple[str, frozenset[str]] | None = None
-        for flat in range(i * span, (i + 1) * span):
-            prefix, inner = inner_of(i, flat)
-            if not family.inner_mirrors_main:
-                continue
-            pool = candidates(flat)
-            k = sibling.get(flat % span) if not inner else None
-            picked = (k, pool[k]) if k in pool else _pick_reference(pool, inner)
-            if picked is None:
-                continue
-            main_prefix = family.main_layer_prefix.replace("{k}", str(picked[0]))
-            expected = _in_block_form(picked[1], inner, main_prefix, tensors)
-            own_forms = {f for n in own[i] for f in stored_forms(n)}
-            if _other_kind({r for r in inner if prefix + r not in own_forms}, expected):
-                continue
-            matched.append(main_prefix)
-            mirrors.append((prefix, main_prefix))
-            missing |= lacking(family, expected - inner, expected, prefix, inner, tensors)
-            reference = (main_prefix, picked[1])
-        if reference is not None:
-            mtp_only = own[i] | {fill_template(c.template, i, base) for c in family.copies}
-            missing |= own_parts_lacking(mtp_only, present, *reference, tensors)
-        if matched:
-            references[i] = "*, ".join(matched)
-        first = fill_template(family.layer_prefix, i * span, base, span)
-        layers.append(_layer_report(i, first, present, missing, tensors))
+    for i in wanted:
+        layer, found, mirroring = _depth_report(d, i, sibling)
+        layers.append(layer)
+        copies += found
+        mirrors += mirroring.mirrors
+        if mirroring.mirrors:
+            references[i] = "*, ".join(m for _, m in mirroring.mirrors)
     return MtpAnalysis(
         family=family,
         model_type=model_type,
@@ -416,7 +478,7 @@ def _shared_missing(
 ) -> tuple[str, ...]:
     if family.drafter is not Drafter.INSIDE:
         return ()
-    needed = family.main_shared[:1] if tied_head(config) else family.main_shared
+    needed = family.layout.main_shared[:1] if tied_head(config) else family.layout.main_shared
     return tuple(n for n in needed if n not in tensors)
 
 

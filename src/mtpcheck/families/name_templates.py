@@ -9,7 +9,14 @@ import functools
 import re
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from operator import itemgetter
+
+PLACEHOLDERS = ("i", "n", "first", "last", "d", "t", "k")
+"""Placeholders a name template may hold, each standing for a layer number: ``{i}`` the MTP
+depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number,
+``{first}`` / ``{last}`` a depth's first and last flat layer, ``{d}`` / ``{t}`` a nested
+layer's depth and position within it, ``{k}`` a main decoder layer's number."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -17,14 +24,82 @@ def template_pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
     """The regex of ``template``, each placeholder a run of digits captured under its name:
     matching a whole name, or with ``prefix_only`` its start."""
     body = re.escape(template)
-    for name in ("i", "n", "first", "last", "d", "t"):
+    for name in PLACEHOLDERS:
         body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
 
 
+def depth_of(values: Mapping[str, str | int | None], base: int, span: int) -> int:
+    """The MTP depth a matched name belongs to, from its placeholders' digits (the inverse of
+    :meth:`NameTemplate.fill`): ``{n}`` less ``base``, ``{d}`` itself, a flat index (``{i}``,
+    ``{first}``, ``{last}``) over ``span``; 0 for a name without any (one shared tensor).
+    Negative for a main layer's number."""
+    if values.get("n") is not None:
+        return int(str(values["n"])) - base
+    if values.get("d") is not None:
+        return int(str(values["d"]))
+    for key in ("i", "first", "last"):
+        if values.get(key) is not None:
+            return int(str(values[key])) // span
+    return 0
+
+
+@dataclass(frozen=True)
+class NameTemplate:
+    """A tensor name with layer-number placeholders (``model.layers.{n}.enorm.weight``,
+    ``model.layers.{k}.``; see :data:`PLACEHOLDERS`): the one place that fills them with an MTP
+    depth or a main layer's number and reads them back from a checkpoint's names."""
+
+    text: str
+
+    @property
+    def fixed(self) -> bool:
+        """Whether the template has no placeholder: one name, shared by every depth."""
+        return "{" not in self.text
+
+    def fill(self, i: int, base: int = 0, span: int = 1) -> str:
+        """The name for MTP depth ``i`` of a checkpoint with ``base`` main layers: ``{i}`` the
+        depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer
+        number ``base + i``, ``{first}`` / ``{last}`` the first and last flat layer of a depth
+        spanning ``span`` flat layers; ``{d}`` the depth and ``{t}`` the position within it,
+        where a depth's flat layers nest under it (Megatron's hybrid MTP: with ``{t}``, ``i``
+        is the flat index)."""
+        text = self.text
+        if "{t}" in text:  # a nested layer prefix: ``i`` is the flat index
+            text = text.replace("{d}", str(i // span)).replace("{t}", str(i % span))
+        return (
+            text.replace("{first}", str(i * span))
+            .replace("{last}", str(i * span + span - 1))
+            .replace("{i}", str(i))
+            .replace("{d}", str(i))
+            .replace("{n}", str(base + i))
+        )
+
+    def main_layer(self, k: int | str) -> str:
+        """The name in main decoder layer ``k`` (``{k}`` filled, with the number or its digits
+        as a name spells them): the main layer a block mirrors, given its number."""
+        return self.text.replace("{k}", str(k))
+
+    def match(self, name: str) -> dict[str, int] | None:
+        """The placeholders' numbers if ``name`` is this template filled; else None."""
+        m = template_pattern(self.text, prefix_only=False).match(name)
+        return None if m is None else {k: int(v) for k, v in m.groupdict().items()}
+
+    def match_prefix(self, name: str) -> tuple[dict[str, int], int] | None:
+        """The placeholders' numbers and the prefix's length if ``name`` starts with this
+        template filled (a layer prefix); else None."""
+        m = template_pattern(self.text, prefix_only=True).match(name)
+        return None if m is None else ({k: int(v) for k, v in m.groupdict().items()}, m.end())
+
+
 def matches_template(template: str, name: str) -> bool:
     """Whether ``name`` is ``template`` with its placeholders filled by layer numbers."""
-    return template_pattern(template, prefix_only=False).match(name) is not None
+    return NameTemplate(template).match(name) is not None
+
+
+def fill_template(template: str, i: int, base: int, span: int = 1) -> str:
+    """``template`` filled for MTP depth ``i`` (:meth:`NameTemplate.fill`)."""
+    return NameTemplate(template).fill(i, base, span)
 
 
 def _past(prefix: str) -> str:
@@ -99,34 +174,17 @@ def joined_names(names: list[str]) -> str | None:
     return joined if joined.count("\n") == len(names) else None
 
 
-def fill_template(template: str, i: int, base: int, span: int = 1) -> str:
-    """``template`` for MTP depth ``i`` of a checkpoint with ``base`` main layers: ``{i}`` the
-    depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number
-    ``base + i``, ``{first}`` / ``{last}`` the first and last flat layer of a depth spanning
-    ``span`` flat layers; ``{d}`` the depth and ``{t}`` the position within it, where a
-    depth's flat layers nest under it (Megatron's hybrid MTP: with ``{t}``, ``i`` is the flat
-    index)."""
-    if "{t}" in template:  # a nested layer prefix: ``i`` is the flat index
-        template = template.replace("{d}", str(i // span)).replace("{t}", str(i % span))
-    return (
-        template.replace("{first}", str(i * span))
-        .replace("{last}", str(i * span + span - 1))
-        .replace("{i}", str(i))
-        .replace("{d}", str(i))
-        .replace("{n}", str(base + i))
-    )
-
-
 class LayerNames(Mapping[int, frozenset[str]]):
     """Main layer number -> the names of its tensors relative to its prefix (``mlp.gate.weight``),
-    for layers below ``base``. A layer's set is built when it is first looked up: the search for
-    the layer an MTP block mirrors looks at the latest layers first and usually stops at one."""
+    for layers below ``base``; ``template`` is the main layers' prefix (``model.layers.{k}.``, or
+    with ``{n}``). A layer's set is built when it is first looked up: the search for the layer
+    an MTP block mirrors looks at the latest layers first and usually stops at one."""
 
     def __init__(self, names: list[str], template: str, base: int | None) -> None:
         self._names = names
         self._runs: dict[int, list[tuple[int, int, int]]] = {}
         for start, stop, end, groups in prefix_runs(names, template):
-            k = int(groups["n"])
+            k = int(groups["k"] if "k" in groups else groups["n"])
             if base is None or k < base:
                 self._runs.setdefault(k, []).append((start, stop, end))
         self._built: dict[int, frozenset[str]] = {}

@@ -38,7 +38,7 @@ def lacking(
     main_packed = packed_modules(expected)
     missing = set()
     for rel in absent:
-        if rel.startswith(family.block_lacks):
+        if rel.startswith(family.layout.block_lacks):
             continue  # main layers hold it, MTP blocks never do
         logical, role = logical_name(rel, main_packed)
         param = held.get(prefix + logical)
@@ -74,11 +74,11 @@ def own_parts_lacking(
         needed[key] = needed[key] & sides if key in needed else sides
     lacking: set[str] = set()
     for name in names:
-        param = group(f for f in stored_forms(name) if f in present).get(name)
-        if param is None or not param.quantized(tensors):
+        own = group(f for f in stored_forms(name) if f in present).get(name)
+        if own is None or not own.quantized(tensors):
             continue
-        key = _values_key(param, tensors)
-        have = {n.rpartition(".")[2] for n in param.stored}
+        key = _values_key(own, tensors)
+        have = {n.rpartition(".")[2] for n in own.stored}
         module = name.rpartition(".")[0]
         lacking |= {f"{module}.{side}" for side in needed.get(key, set()) - have} if key else set()
     return lacking

@@ -1,5 +1,6 @@
 """What serving engines build from a checkpoint's config, where it is not what transformers
 builds: as data, each fact with the engine version and the loader file it was read from.
+The registry attaches them to the families they hold for (``MtpFamily.serving``).
 
 vLLM reads a known ``model_type``'s config through transformers' own config class, so a key
 that class defines gets transformers' default when config.json lacks it; only keys the class
@@ -9,7 +10,6 @@ keys listed here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 VLLM = "vLLM 0.32.0"
@@ -59,7 +59,7 @@ class EngineCopies:
 
 
 _DEEPSEEK_MOE = "vllm/model_executor/models/deepseek_v2.py"
-_DEEPSEEK_ROUTER = (
+DEEPSEEK_ROUTER = (
     EngineDefault(
         VLLM,
         _DEEPSEEK_MOE,
@@ -82,27 +82,17 @@ _DEEPSEEK_ROUTER = (
 """transformers 5.24's DeepSeek-V3 router (``DeepseekV3TopkRouter``, and GLM-5's, which is
 the same) always scores with sigmoid and always adds ``e_score_correction_bias``; its config
 classes define neither key. vLLM's ``DeepseekV2MoE`` reads both with defaults of its own."""
-_SHARED_HEAD = EngineCopies(VLLM, "vllm/v1/spec_decode/llm_base_proposer.py", False)
+SHARED_HEAD = (EngineCopies(VLLM, "vllm/v1/spec_decode/llm_base_proposer.py", False),)
 """vLLM's MTP proposer shares the target's embedding and head with the MTP layer
 (``_maybe_share_embeddings`` / ``_maybe_share_lm_head``)."""
-
-ENGINE_DEFAULTS: Mapping[str, tuple[EngineDefault, ...]] = {
-    "deepseek_v3": _DEEPSEEK_ROUTER,
-    "deepseek_v32": _DEEPSEEK_ROUTER,
-    "kimi_k2": _DEEPSEEK_ROUTER,
-    "glm_moe_dsa": _DEEPSEEK_ROUTER,
-}
-ENGINE_LIMITS: Mapping[str, tuple[EngineLimit, ...]] = {
-    "nemotron_h": (
-        EngineLimit(
-            VLLM,
-            "vllm/model_executor/models/nemotron_h_mtp.py",
-            "num_nextn_predict_layers",
-            (1,),
-            1,
-            "Only one MTP layer is supported for NemotronH-MTP",
-        ),
+NEMOTRON_H_ONE_LAYER = (
+    EngineLimit(
+        VLLM,
+        "vllm/model_executor/models/nemotron_h_mtp.py",
+        "num_nextn_predict_layers",
+        (1,),
+        1,
+        "Only one MTP layer is supported for NemotronH-MTP",
     ),
-}
-_WITH_COPIES = ("deepseek_v3", "kimi_k2", "glm4_moe", "deepseek_v32")
-ENGINE_COPIES: Mapping[str, tuple[EngineCopies, ...]] = dict.fromkeys(_WITH_COPIES, (_SHARED_HEAD,))
+)
+"""vLLM's Nemotron-H MTP loader builds one MTP layer only."""

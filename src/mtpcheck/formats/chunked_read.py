@@ -119,6 +119,7 @@ class SpanReader:
         self.close()
 
     def close(self) -> None:
+        """Close the descriptors opened for the reads."""
         with self._lock:
             fds, self._fds = self._fds, {}
         for fd in fds.values():

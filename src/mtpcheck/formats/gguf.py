@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from mtpcheck.dtypes import DTYPES
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_tensor_chunks
-from mtpcheck.model import IntegrityIssue, Naming, TensorMeta
+from mtpcheck.model import CheckpointData, IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "gguf"
 MAGIC = b"GGUF"
@@ -63,14 +63,9 @@ _STRING, _ARRAY = 8, 9
 
 
 @dataclass(frozen=True)
-class GgufCheckpoint:
+class GgufCheckpoint(CheckpointData):
     """An opened GGUF file."""
 
-    path: str
-    config: dict[str, Any]
-    config_path: str | None
-    tensors: dict[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...] = ()
     cross_checked: str = "a GGUF header"
     format: str = FORMAT
     naming: Naming = Naming.GGUF
@@ -80,6 +75,7 @@ class GgufCheckpoint:
     """For a ``--mtp`` draft file holding no main block: where its main model is."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes as the file holds them."""
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
 
 
@@ -412,6 +408,8 @@ class GgufReader:
     name = FORMAT
 
     def sniff(self, path: Path) -> bool:
+        """A GGUF file (by suffix or magic), or a directory of GGUF files without safetensors
+        shards."""
         if path.is_file():
             return path.suffix == SUFFIX or _has_magic(path)
         if not path.is_dir() or any(path.glob("*.safetensors*")):
@@ -419,6 +417,7 @@ class GgufReader:
         return bool(list(path.glob("*" + SUFFIX)))
 
     def open(self, path: Path) -> GgufCheckpoint:
+        """Open the GGUF file at ``path``, or the model (and draft) a directory holds."""
         if not path.is_dir():
             return read_gguf(path)
         models = _models(path)
@@ -429,6 +428,10 @@ class GgufReader:
         if len(targets) == 1 and len(drafts) == 1:
             return open_pair(targets[0], drafts[0])
         raise InputError(path, f"holds {len(models)} GGUF models; name the one to open")
+
+    def open_with_draft(self, target: Path, draft: Path) -> GgufCheckpoint:
+        """``inspect TARGET --draft DRAFT``: a target and the draft split off from it."""
+        return open_target_and_draft(target, draft)
 
 
 def _has_magic(path: Path) -> bool:

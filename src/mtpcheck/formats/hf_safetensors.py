@@ -22,7 +22,15 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_spans, read_tensor_chunks, slice_spans
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
-from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta, TensorTable, files_of
+from mtpcheck.model import (
+    ByteSpan,
+    CheckpointData,
+    IntegrityIssue,
+    Naming,
+    TensorMeta,
+    TensorTable,
+    files_of,
+)
 
 INDEX_SUFFIX = ".safetensors.index.json"
 FORMAT = "hf-safetensors"
@@ -30,14 +38,9 @@ QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
 @dataclass(frozen=True)
-class HfCheckpoint:
+class HfCheckpoint(CheckpointData):
     """An opened Hugging Face safetensors checkpoint."""
 
-    path: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
     cross_checked: str = "headers"
     format: str = FORMAT
     naming: Naming = Naming.HF
@@ -45,15 +48,18 @@ class HfCheckpoint:
     """``hf_quant_config.json`` (NVIDIA modelopt's exports), where present."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes, read from its shard."""
         return read_tensor_chunks(self.tensors[name], chunk_bytes)
 
     def byte_spans(self, name: str) -> list[ByteSpan] | None:
+        """The tensor's one file range; None when it runs past the end of its shard."""
         meta = self.tensors[name]
         return [ByteSpan(meta.file, meta.offset, meta.nbytes)] if meta.readable else None
 
     def read_slice_chunks(
         self, name: str, start: int, length: int, chunk_bytes: int
     ) -> Iterator[bytes]:
+        """Bytes ``start .. start + length`` of the tensor, read by position."""
         meta = self.tensors[name]
         if not meta.readable:
             return read_tensor_chunks(meta, chunk_bytes)  # raises: past the end of the file
@@ -72,6 +78,7 @@ class HfSafetensorsReader:
     name = FORMAT
 
     def sniff(self, path: Path) -> bool:
+        """A safetensors file, an index, a ``config.json`` or a directory holding shards."""
         if path.is_file():
             return path.name.endswith((".safetensors", INDEX_SUFFIX, "config.json"))
         if not path.is_dir():
@@ -79,6 +86,7 @@ class HfSafetensorsReader:
         return (path / "snapshots").is_dir() or any(path.glob("*.safetensors*"))
 
     def open(self, path: Path) -> HfCheckpoint:
+        """Open ``path`` by its headers (and index, when there is one); no tensor bytes are read."""
         root, index_file, single = _locate(path)
         config, config_path = _load_config(root)
         quant_file = root / QUANT_CONFIG_FILE
@@ -375,6 +383,8 @@ def _few(names: list[str], shown: int = 4) -> str:
 
 
 def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
+    """The shards whose data ends before their header says (truncated) or after it (trailing
+    bytes)."""
     issues = []
     for header in headers:
         name = Path(header.path).name

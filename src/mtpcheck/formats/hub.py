@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 from mtpcheck.errors import HeaderError, InputError
@@ -35,7 +35,7 @@ from mtpcheck.formats.hf_safetensors import (
 )
 from mtpcheck.formats.hub_ref import HubRef
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
-from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta, files_of
+from mtpcheck.model import Checkpoint, CheckpointData, IntegrityIssue, Naming, files_of
 from mtpcheck.units import human_size
 
 MAX_HEADER_BYTES = 100 * 2**20
@@ -57,6 +57,7 @@ class Traffic:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, nbytes: int, requests: int = 1) -> None:
+        """Count ``requests`` more requests that fetched ``nbytes`` bytes."""
         with self.lock:
             self.requests += requests
             self.bytes += nbytes
@@ -64,6 +65,8 @@ class Traffic:
 
 @dataclass(frozen=True)
 class RemoteFile:
+    """A file of the repository at the pinned commit, as the Hub lists it."""
+
     name: str
     size: int
     sha256: str | None
@@ -71,14 +74,9 @@ class RemoteFile:
 
 
 @dataclass(frozen=True)
-class HubCheckpoint:
+class HubCheckpoint(CheckpointData):
     """A Hub repository's safetensors checkpoint, known from its headers."""
 
-    path: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
     ref: HubRef
     commit: str
     files: Mapping[str, RemoteFile]
@@ -97,6 +95,7 @@ class HubCheckpoint:
         return "a Hub repository is read by its headers only (--fetch reads tensors by range)"
 
     def file_sha256(self, file: str) -> str | None:
+        """The LFS sha256 the Hub lists for the tensor file ``file``; None when it lists none."""
         remote = self.files.get(Path(file).name)
         return remote.sha256 if remote else None
 
@@ -122,6 +121,8 @@ class HubCheckpoint:
             self._prefetched.update(pool.map(fetch, wanted))
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes by range requests (prefetched ones from memory); an
+        :class:`InputError` unless ``--fetch`` allowed reading bytes."""
         if not self.fetch_bytes:
             raise InputError(str(self.ref), self.why_no_bytes)
         meta = self.tensors[name]
@@ -366,7 +367,10 @@ class _hub_errors:  # noqa: N801  (used as a context manager)
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> bool:
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: Any
+    ) -> Literal[False]:
+        """Pass ``e`` on, or raise it again as an :class:`InputError` (never swallowed)."""
         if e is None or isinstance(e, InputError | KeyboardInterrupt):
             return False
         reason = _explain(self.ref, e)

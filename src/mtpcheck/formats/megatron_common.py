@@ -17,9 +17,10 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mtpcheck.errors import InputError
+from mtpcheck.formats.torch_dist_keys import DECODER_LAYER
 from mtpcheck.formats.torch_dist_keys import canonical_name as canonical_name  # re-exported
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -96,6 +97,45 @@ def iteration_dirs(path: Path) -> list[Path]:
         return []
 
 
+class MegatronReaderBase:
+    """What both Megatron readers share: ``trust_pickle`` (the restricted unpickler's allowlist
+    lifted, for files from a trusted source: :mod:`mtpcheck.formats.safe_pickle`) and finding
+    the iteration directory to read, by the tracker file of a save root. A reader names its
+    checkpoints (``what``), recognises their directories (``looks``) and says whether a broken
+    tracker passes ``sniff`` (for ``open`` to report)."""
+
+    what: ClassVar[str]
+    broken_tracker_sniffs: ClassVar[bool]
+
+    def __init__(self, trust_pickle: bool = False) -> None:
+        self.trust_pickle = trust_pickle
+
+    def looks(self, directory: Path) -> bool:
+        """True when ``directory`` holds this reader's checkpoint files."""
+        raise NotImplementedError
+
+    def sniff_dir(self, path: Path) -> bool:
+        """Whether directory ``path`` holds a checkpoint this reader recognises: the iteration
+        its tracker file names, else ``path`` itself or one of its iteration directories."""
+        if (path / TRACKER_FILE).is_file():
+            try:
+                return self.looks(resolve_iteration_dir(path))
+            except InputError:
+                return self.broken_tracker_sniffs
+        return self.looks(path) or any(self.looks(d) for d in iteration_dirs(path))
+
+    def iteration_dir(self, path: Path, start: Path) -> Path:
+        """The directory to read for ``path``: ``start``, or the iteration its tracker file
+        names; :class:`InputError` when ``path`` does not exist or that directory holds no
+        checkpoint of this reader's."""
+        if not path.exists():
+            raise InputError(path, "no such file or directory")
+        directory = resolve_iteration_dir(start)
+        if not self.looks(directory):
+            raise no_iteration_error(directory, self.what)
+        return directory
+
+
 def no_iteration_error(path: Path, what: str) -> InputError:
     """The error for a directory that holds neither a checkpoint nor a tracker file."""
     found = iteration_dirs(path)
@@ -166,7 +206,7 @@ def unpadded_rows(config: Mapping[str, Any], stored_rows: int) -> int | None:
 
 def count_decoder_layers(names: Iterable[str]) -> int:
     """Number of distinct ``decoder.layers.{k}`` indices among canonical names."""
-    found = {int(m.group(1)) for n in names if (m := re.match(r"decoder\.layers\.(\d+)\.", n))}
+    found = {int(m.group(1)) for n in names if (m := DECODER_LAYER.match(n))}
     return len(found)
 
 

@@ -54,12 +54,9 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_spans, slice_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
-    TRACKER_FILE,
+    MegatronReaderBase,
     count_decoder_layers,
     is_model_key,
-    iteration_dirs,
-    no_iteration_error,
-    resolve_iteration_dir,
     tensor_chunks,
     unpadded_rows,
     wrapper_prefix,
@@ -67,7 +64,7 @@ from mtpcheck.formats.megatron_common import (
 from mtpcheck.formats.megatron_dist_config import load_config
 from mtpcheck.formats.torch_dist_keys import KeyTemplate, row_part_order
 from mtpcheck.formats.torch_pickle import StoredTensor, TorchDType, TorchReadError
-from mtpcheck.model import ByteSpan, IntegrityIssue, Naming, TensorMeta
+from mtpcheck.model import ByteSpan, CheckpointData, IntegrityIssue, Naming, TensorMeta
 
 FORMAT = "megatron-torch-dist"
 _SNIFFED_FILES = (".metadata", "metadata.json", "common.pt")
@@ -99,14 +96,9 @@ class _Plan:
 
 
 @dataclass(frozen=True)
-class MegatronDistCheckpoint:
+class MegatronDistCheckpoint(CheckpointData):
     """An opened torch_dist checkpoint; tensor bytes are read per tensor, on demand."""
 
-    path: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
     directory: str
     plans: Mapping[str, _Plan] = field(repr=False)
     cross_checked: str = ".metadata and the data files"
@@ -120,6 +112,8 @@ class MegatronDistCheckpoint:
         return _row_band_spans(Path(self.directory), self.plans[name])
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes: file ranges where it lies in whole rows, else assembled from its
+        stored chunks."""
         meta = self.tensors[name]
         if not meta.readable:
             raise InputError(meta.file, f"tensor {name!r} has chunks past the end of the file")
@@ -131,32 +125,28 @@ class MegatronDistCheckpoint:
             yield from read_spans(spans, chunk_bytes, "file ended inside a tensor chunk")
 
 
-class MegatronDistReader:
+class MegatronDistReader(MegatronReaderBase):
     """Reader for Megatron-Core torch_dist checkpoints."""
 
     name = FORMAT
+    what = "Megatron torch_dist"
+    broken_tracker_sniffs = True
 
-    def __init__(self, trust_pickle: bool = False) -> None:
-        self.trust_pickle = trust_pickle
+    def looks(self, directory: Path) -> bool:
+        """A ``.metadata``, ``metadata.json`` or ``.distcp`` file in ``directory``."""
+        if (directory / ".metadata").is_file() or (directory / "metadata.json").is_file():
+            return True
+        return any(directory.glob("*.distcp"))
 
     def sniff(self, path: Path) -> bool:
+        """A torch_dist file by its name, or a directory holding (an iteration of) one."""
         if path.is_file():
             return path.name in _SNIFFED_FILES or path.suffix == ".distcp"
-        if not path.is_dir():
-            return False
-        if (path / TRACKER_FILE).is_file():
-            try:
-                return _looks_dist(resolve_iteration_dir(path))
-            except InputError:
-                return True  # let open() report the broken tracker
-        return _looks_dist(path) or any(_looks_dist(d) for d in iteration_dirs(path))
+        return path.is_dir() and self.sniff_dir(path)
 
     def open(self, path: Path) -> MegatronDistCheckpoint:
-        if not path.exists():
-            raise InputError(path, "no such file or directory")
-        directory = resolve_iteration_dir(path.parent if path.is_file() else path)
-        if not _looks_dist(directory):
-            raise no_iteration_error(directory, "Megatron torch_dist")
+        """Open the checkpoint at ``path`` (a save root, an iteration or one of its files)."""
+        directory = self.iteration_dir(path, path.parent if path.is_file() else path)
         metadata_file = directory / ".metadata"
         if not metadata_file.is_file():
             raise InputError(
@@ -189,12 +179,6 @@ class MegatronDistReader:
             directory=str(directory),
             plans=plans,
         )
-
-
-def _looks_dist(directory: Path) -> bool:
-    if (directory / ".metadata").is_file() or (directory / "metadata.json").is_file():
-        return True
-    return any(directory.glob("*.distcp"))
 
 
 def _check_metadata_json(path: Path) -> None:
@@ -318,11 +302,12 @@ def _join_parts(name: str, by_part: dict[str | None, _Plan], issues: list[Integr
     (:func:`~mtpcheck.formats.torch_dist_keys.row_part_order`)."""
     if None in by_part:
         return by_part[None]
-    order = row_part_order([p for p in by_part if p is not None])
+    parts = [p for p in by_part if p is not None]  # every key: None is not among them
+    order = row_part_order(parts)
     first = next(iter(by_part.values()))
     if order is None:
         issues.append(
-            IntegrityIssue("split-tensor-incomplete", name, f"parts {sorted(by_part)} of {name}")
+            IntegrityIssue("split-tensor-incomplete", name, f"parts {sorted(parts)} of {name}")
         )
         return first
     plans = [by_part[p] for p in order]

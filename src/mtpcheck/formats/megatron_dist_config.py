@@ -64,6 +64,8 @@ def _embedded_common_state(
 def load_config(
     directory: Path, metadata: Any, trust_pickle: bool
 ) -> tuple[dict[str, Any], str | None, list[IntegrityIssue]]:
+    """The model config of a torch_dist checkpoint (``common.pt``, or its state inside the
+    data files, then ``run_config.yaml``), the file it came from and what could not be read."""
     config: dict[str, Any] = {}
     config_path: str | None = None
     issues: list[IntegrityIssue] = []

@@ -44,24 +44,21 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MODEL_TYPE,
-    TRACKER_FILE,
+    MegatronReaderBase,
     args_config,
     canonical_name,
     count_decoder_layers,
     is_model_key,
-    iteration_dirs,
-    no_iteration_error,
-    resolve_iteration_dir,
     tensor_chunks,
     unpadded_rows,
 )
+from mtpcheck.formats.torch_dist_keys import DECODER_LAYER
 from mtpcheck.formats.torch_pickle import StoredTensor, TorchReadError
-from mtpcheck.model import IntegrityIssue, Naming, TensorMeta
+from mtpcheck.model import CheckpointData, Naming, TensorMeta
 
 FORMAT = "megatron-legacy"
 RANK_FILE = "model_optim_rng.pt"
 _RANK_DIR = re.compile(r"^mp_rank_(\d{2,})(?:_(\d{3,}))?(?:_(\d{3,}))?$")
-_DECODER_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
 _GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
 _COLUMN_MODULES = {"linear_qkv", "linear_q_up_proj", "linear_kv_up_proj", "linear_q_proj"}
@@ -79,14 +76,9 @@ class _Entry:
 
 
 @dataclass(frozen=True)
-class MegatronLegacyCheckpoint:
+class MegatronLegacyCheckpoint(CheckpointData):
     """An opened legacy checkpoint; tensors are joined from their shards when read."""
 
-    path: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
     entries: Mapping[str, _Entry] = field(repr=False)
     file_sizes: Mapping[str, int] = field(repr=False, default_factory=dict)
     """Size of each rank file when it was memory-mapped."""
@@ -95,42 +87,43 @@ class MegatronLegacyCheckpoint:
     naming: Naming = Naming.MEGATRON
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes, its tensor-parallel shards joined (the rank files must not have
+        changed since they were opened)."""
         entry = self.entries[name]
         _check_unchanged(entry.files.values(), self.file_sizes)
         yield from tensor_chunks(_join(name, entry), chunk_bytes)
 
 
-class MegatronLegacyReader:
+class MegatronLegacyReader(MegatronReaderBase):
     """Reader for Megatron-LM legacy (``mp_rank_*``) checkpoints."""
 
     name = FORMAT
+    what = "Megatron legacy"
+    broken_tracker_sniffs = False
 
-    def __init__(self, trust_pickle: bool = False) -> None:
-        self.trust_pickle = trust_pickle
+    def looks(self, directory: Path) -> bool:
+        """An ``mp_rank_*`` directory in ``directory``."""
+        try:
+            return any(p.is_dir() and _RANK_DIR.match(p.name) for p in directory.iterdir())
+        except OSError:
+            return False
 
     def sniff(self, path: Path) -> bool:
+        """A rank file in its ``mp_rank_*`` directory, such a directory, or a directory holding
+        (an iteration of) a legacy checkpoint."""
         if path.is_file():
             return path.name == RANK_FILE and bool(_RANK_DIR.match(path.parent.name))
         if not path.is_dir():
             return False
-        if _RANK_DIR.match(path.name):
-            return True
-        if (path / TRACKER_FILE).is_file():
-            try:
-                return _looks_legacy(resolve_iteration_dir(path))
-            except InputError:
-                return False
-        return _looks_legacy(path) or any(_looks_legacy(d) for d in iteration_dirs(path))
+        return bool(_RANK_DIR.match(path.name)) or self.sniff_dir(path)
 
     def open(self, path: Path) -> MegatronLegacyCheckpoint:
-        if not path.exists():
-            raise InputError(path, "no such file or directory")
+        """Open the checkpoint at ``path`` (a save root, an iteration, a rank directory or
+        file)."""
         start = path.parent if path.is_file() else path
         if _RANK_DIR.match(start.name):
             start = start.parent
-        directory = resolve_iteration_dir(start)
-        if not _looks_legacy(directory):
-            raise no_iteration_error(directory, "Megatron legacy")
+        directory = self.iteration_dir(path, start)
         rank_dirs = sorted(p.name for p in directory.iterdir() if _RANK_DIR.match(p.name))
         file_sizes: dict[str, int] = {}
         first = _load_rank(directory / rank_dirs[0], self.trust_pickle, file_sizes)
@@ -159,13 +152,6 @@ class MegatronLegacyReader:
             entries=entries,
             file_sizes=file_sizes,
         )
-
-
-def _looks_legacy(directory: Path) -> bool:
-    try:
-        return any(p.is_dir() and _RANK_DIR.match(p.name) for p in directory.iterdir())
-    except OSError:
-        return False
 
 
 def _load_rank(rank_dir: Path, trust_pickle: bool, file_sizes: dict[str, int]) -> dict[str, Any]:
@@ -310,7 +296,7 @@ def _collect(
         for p in range(pp_size):
             offsets[(v, p)] = total
             local = chunks[(0, p, 0)][v] if v < len(chunks[(0, p, 0)]) else {}
-            total += len({m.group(1) for k in local if (m := _DECODER_LAYER.match(k))})
+            total += len({m.group(1) for k in local if (m := DECODER_LAYER.match(k))})
     num_experts = config.get("num_experts")
     per_rank = num_experts // ep_size if isinstance(num_experts, int) else None
     entries: dict[str, _Entry] = {}
@@ -328,8 +314,8 @@ def _collect(
                     raise InputError(
                         directory / layout[(t, p, e)], f"{key}: unsupported expert layout"
                     )
-                local = per_rank or (_local_experts(model, key, counted) if expert else 0)
-                name = _global_name(key, offsets[(v, p)], e, local)
+                held = per_rank or (_local_experts(model, key, counted) if expert else 0)
+                name = _global_name(key, offsets[(v, p)], e, held)
                 entry = entries.get(name)
                 if entry is None:
                     kind = _kind(name, gated, expert, etp)
@@ -356,16 +342,16 @@ def _local_experts(model: Mapping[str, Any], key: str, counted: dict[tuple[int, 
         found = set()
         for other in model:
             if other.startswith(layer):
-                local = _LOCAL_EXPERT.search(other)
-                grouped = _GROUPED_EXPERT.search(other)
-                if local or grouped:
-                    found.add(local.group(1) if local else grouped.group(3))  # type: ignore[union-attr]
+                if local := _LOCAL_EXPERT.search(other):
+                    found.add(local.group(1))
+                elif grouped := _GROUPED_EXPERT.search(other):
+                    found.add(grouped.group(3))
         counted[(id(model), layer)] = len(found)
     return counted[(id(model), layer)]
 
 
 def _global_name(key: str, layer_offset: int, ep_rank: int, per_rank: int) -> str:
-    m = _DECODER_LAYER.match(key)
+    m = DECODER_LAYER.match(key)
     if m:
         key = f"decoder.layers.{int(m.group(1)) + layer_offset}.{key[m.end() :]}"
     m = _LOCAL_EXPERT.search(key)

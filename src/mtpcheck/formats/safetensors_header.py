@@ -45,6 +45,7 @@ class ShardHeader:
 
     @property
     def truncated(self) -> bool:
+        """True when the file holds fewer data bytes than the header declares."""
         return self.data_bytes_on_disk < self.data_bytes_declared
 
     @cached_property

@@ -227,7 +227,9 @@ class Placement:
     """Stored as one key per part (``<key>.<part>``), each these many rows."""
 
 
-_DECODER = re.compile(r"decoder\.layers\.(\d+)\.(.+)")
+DECODER_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+"""The prefix of a megatron-core decoder layer's names (``decoder.layers.7.``), the layer number
+captured: the one spelling the Megatron readers, the writer and the checks match names by."""
 _MTP_INNER = re.compile(r"(mtp\.layers\.\d+\.)(?:transformer_layer|mtp_model_layer)\.(.+)")
 _EXPERT = re.compile(r"mlp\.experts\.local_experts\.(\d+)\.(.+)")
 _GLU_FC1 = re.compile(r"(?:^|\.)linear_fc1\.(?:weight|bias)$")
@@ -257,13 +259,13 @@ def to_sharded_key(name: str, layout: Layout) -> Placement:
 
     Raises ValueError for a layer or expert index outside the layout.
     """
-    decoder = _DECODER.fullmatch(name)
+    decoder = DECODER_LAYER.match(name)
     mtp = _MTP_INNER.fullmatch(name)
-    if decoder:
+    if decoder and len(name) > decoder.end():  # a layer's tensor, not the bare prefix
         k = int(decoder.group(1))
         if not 0 <= k < layout.num_layers:
             raise ValueError(f"{name}: layer {k} outside num_layers={layout.num_layers}")
-        rest = decoder.group(2)
+        rest = name[decoder.end() :]
         if layout.stacked:
             inner, offsets = _layer_inner(rest, layout, ((0, k, layout.num_layers),), name, k)
             key = f"decoder.layers.{inner}"

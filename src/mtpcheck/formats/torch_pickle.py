@@ -41,6 +41,7 @@ class TorchDType:
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element (0 for a type the dtype registry does not size)."""
         return BY_TORCH[self.name].itemsize or 0
 
     def __str__(self) -> str:
@@ -60,7 +61,9 @@ class TorchName:
 class StorageBytes(Protocol):
     """Where a file's storages lie: their bytes as a flat uint8 array, by storage key."""
 
-    def storage(self, key: str) -> Any: ...
+    def storage(self, key: str) -> Any:
+        """The bytes of storage ``key`` as a flat uint8 array."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,11 @@ class StoredTensor:
 
     @property
     def numel(self) -> int:
+        """Elements the tensor holds."""
         return math.prod(self.shape)
 
     def is_c_contiguous(self) -> bool:
+        """True when the strides are those of a C-ordered tensor (size-1 axes excepted)."""
         expected = 1
         for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=True):
             if size > 1 and stride != expected:

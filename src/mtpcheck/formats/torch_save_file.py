@@ -89,7 +89,7 @@ class Archive:
         self._fd: int | None = None
         if blob is not None:
             self._mapped = np.frombuffer(blob, dtype=np.uint8)
-            self._file: Any = io.BytesIO(blob)
+            self._file: _Window | io.BytesIO = io.BytesIO(blob)
         else:
             if fd is None:
                 fd, self._own_fd = os.open(path, os.O_RDONLY), True
@@ -139,6 +139,8 @@ class Archive:
         return prefix
 
     def pickle_bytes(self, max_bytes: int | None = None) -> bytes:
+        """The archive's ``data.pkl``; :class:`TorchReadError` past ``max_bytes`` (default
+        :data:`MAX_PICKLE_BYTES`)."""
         info = self._records[self.prefix + "data.pkl"]
         if info.file_size > (max_bytes or MAX_PICKLE_BYTES):
             raise TorchReadError(f"data.pkl is {info.file_size} bytes")
@@ -162,7 +164,9 @@ class Archive:
         if self._mapped is None:
             if self._fd is None:
                 raise TorchReadError("archive closed before its storages were mapped")
-            self._mapped = _map(self._fd, self._file.start, self._file.length)
+            window = self._file
+            assert isinstance(window, _Window)  # a descriptor is held for a file window only
+            self._mapped = _map(self._fd, window.start, window.length)
         return self._mapped
 
     # --- storages (StorageBytes) --------------------------------------------------------------
@@ -228,7 +232,8 @@ class Archive:
         fields = _LOCAL_HEADER.unpack(header)
         if fields[0] != _LOCAL_MAGIC:
             raise TorchReadError(f"bad local header of {info.filename}")
-        return at + _LOCAL_HEADER.size + fields[9] + fields[10]
+        name_length, extra_length = int(fields[9]), int(fields[10])
+        return at + _LOCAL_HEADER.size + name_length + extra_length
 
 
 def _map(fd: int, start: int, length: int) -> Any:

@@ -210,11 +210,13 @@ def plan_gguf(arch: GgufArch, hf_names: Iterable[str], hidden: int) -> GgufPlan:
 
 
 def arch_for(gguf_config: Mapping[str, Any]) -> GgufArch | None:
+    """The mapped llama.cpp architecture a GGUF file's metadata names; None if unmapped."""
     arch = gguf_config.get("architecture")
     return BY_ARCH.get(arch) if isinstance(arch, str) else None
 
 
 def mapped_arches() -> str:
+    """The llama.cpp architectures with a name mapping, for error messages."""
     return ", ".join(a.arch for a in ARCHES)
 
 

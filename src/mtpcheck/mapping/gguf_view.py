@@ -30,7 +30,7 @@ from mtpcheck.mapping.gguf_names import (
     mapped_arches,
     plan_gguf,
 )
-from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, TensorMeta
+from mtpcheck.model import Checkpoint, Naming, TensorMeta, ViewData
 
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 _ELEMENTS = 1 << 20
@@ -38,26 +38,17 @@ _ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
-class GgufView:
+class GgufView(ViewData):
     """An HF checkpoint under llama.cpp's names and layout."""
 
-    path: str
-    format: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
-    source: Checkpoint
     plan: GgufPlan
     source_dtypes: Mapping[str, str] = field(default_factory=dict)
     """Name here -> the dtype of the HF tensors it is computed from."""
     naming: Naming = Naming.GGUF
 
-    @property
-    def cross_checked(self) -> str:
-        return self.source.cross_checked
-
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes under llama.cpp's layout: the source's bytes in turn, widened and
+        plus one where llama.cpp stores them so."""
         target = self.plan.targets[name]
         have, want = self.source_dtypes[name], self.tensors[name].dtype
         if have == want and not target.plus_one:
@@ -143,14 +134,4 @@ def as_gguf(hf: Checkpoint, gguf: Checkpoint) -> GgufView:
     }
     if declared is not None:
         config["nextn_predict_layers"] = declared
-    return GgufView(
-        path=hf.path,
-        format=f"{hf.format} as gguf",
-        config=config,
-        config_path=hf.config_path,
-        tensors=tensors,
-        issues=hf.issues,
-        source=hf,
-        plan=plan,
-        source_dtypes=source_dtypes,
-    )
+    return GgufView.over(hf, "gguf", config, tensors, plan=plan, source_dtypes=source_dtypes)

@@ -23,6 +23,8 @@ from mtpcheck.families import (
     fill_template,
     hidden_layer_count,
 )
+from mtpcheck.families.name_templates import NameTemplate, depth_of
+from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping.rules import (
     DECODER_RULES,
     FUSED_EXPERT_RULES,
@@ -30,7 +32,6 @@ from mtpcheck.mapping.rules import (
     HYBRID_RULES,
     MEGATRON_MTP_WRAPPER,
     Kind,
-    MegatronLayout,
     top_level,
 )
 from mtpcheck.mapping.transforms import Gdn, Qkv
@@ -72,6 +73,7 @@ class Plan:
     layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
 
     def by_megatron(self) -> dict[str, TensorMapping]:
+        """Megatron name -> its mapping."""
         return {m.megatron: m for m in self.mappings}
 
     def by_hf(self) -> dict[str, TensorMapping]:
@@ -81,19 +83,19 @@ class Plan:
 
 def mapped_families() -> str:
     """The families with an HF <-> Megatron mapping, in words (for refusals)."""
-    return ", ".join(
-        f.display for f in FAMILIES if f.megatron_wrapper is not None and f.model_types
-    )
+    return ", ".join(f.display for f in FAMILIES if f.megatron is not None and f.model_types)
 
 
 def mappable_family(hf_config: Mapping[str, Any]) -> MtpFamily:
+    """The family of ``hf_config``, which must have an HF <-> Megatron mapping
+    (:class:`MappingError` otherwise)."""
     family = detect_family(hf_config)
     if family is None:
         raise MappingError(
             f"model_type {hf_config.get('model_type')!r} is not a known MTP family; "
             "no HF <-> Megatron mapping"
         )
-    if family.megatron_wrapper is None:
+    if family.megatron is None:
         raise MappingError(f"no HF <-> Megatron mapping for {family.display} yet")
     return family
 
@@ -102,7 +104,7 @@ def _int(config: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         found = text_value(config, key, is_int)
         if found:
-            return found[1]
+            return int(found[1])
     return None
 
 
@@ -111,6 +113,7 @@ def qkv_layout(
     config: Mapping[str, Any],
     layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
 ) -> Qkv:
+    """How the config's attention heads lay out Megatron's fused QKV tensor in ``layout``."""
     heads = _int(config, "num_attention_heads")
     hidden = _int(config, "hidden_size")
     if heads is None or hidden is None:
@@ -118,7 +121,9 @@ def qkv_layout(
     groups = _int(config, "num_key_value_heads") or heads
     head_dim = _int(config, "head_dim") or hidden // heads
     per_head = layout is MegatronLayout.MCORE_BRIDGE
-    return Qkv(heads, groups, head_dim, gated=family.gated_attention, gate_per_head=per_head)
+    assert family.megatron is not None
+    gated = family.megatron.gated_attention
+    return Qkv(heads, groups, head_dim, gated=gated, gate_per_head=per_head)
 
 
 def gdn_layout(config: Mapping[str, Any]) -> Gdn | None:
@@ -153,20 +158,20 @@ def _mtp_count(
     if side == "megatron":
         pattern = re.compile(r"^mtp\.layers\.(\d+)\.")
         found = {int(m.group(1)) for n in names if (m := pattern.match(n))}
-    elif span > 1:  # flat HF layers, ``span`` a depth
-        pattern = re.compile("^" + re.escape(family.layer_prefix).replace(r"\{i\}", r"(\d+)"))
-        found = {int(m.group(1)) // span for n in names if (m := pattern.match(n))}
-    else:
-        assert family.megatron_wrapper is not None
-        for template in (family.layer_prefix, *family.megatron_wrapper):
-            if "{" not in template:
-                if template in names:
+    else:  # flat HF layers where ``span`` > 1, else the layers and their wrapper tensors
+        head = family.layout.head_parts
+        assert head is not None
+        templates = (
+            (family.layout.layer_prefix,) if span > 1 else (family.layout.layer_prefix, *head)
+        )
+        for template in map(NameTemplate, templates):
+            if template.fixed:
+                if template.text in names:
                     found.add(0)
                 continue
-            regex = re.escape(template).replace(r"\{i\}", r"(\d+)").replace(r"\{n\}", r"(\d+)")
-            offset = base if "{n}" in template else 0
-            pattern = re.compile("^" + regex)
-            found |= {int(m.group(1)) - offset for n in names if (m := pattern.match(n))}
+            found |= {
+                depth_of(hit[0], base, span) for n in names if (hit := template.match_prefix(n))
+            }
     count = declared_count(config, family, None)
     declared = (count.value or 0) if count.from_key else 0
     return max([declared, *(i + 1 for i in found if i >= 0)])
@@ -204,7 +209,8 @@ def _fused_experts(
 
 def _family_name(family: MtpFamily, relative: str) -> str:
     """A rule's HF name (relative to its layer) as the family spells it."""
-    for canonical, own in family.hf_aliases:
+    assert family.megatron is not None
+    for canonical, own in family.megatron.hf_aliases:
         if relative.startswith(canonical):
             return own + relative[len(canonical) :]
     return relative
@@ -228,13 +234,14 @@ def _layer(
         if side == "hf"
         else meg_prefix + "self_attention.linear_kv_down_proj.weight"
     )
+    assert family.megatron is not None
     traits = {
         "mla" if mla_marker in names else "gqa",
-        family.shared_expert_style,
-        "gdn_split" if family.gdn_split else "gdn_fused",
+        family.megatron.shared_expert_style,
+        "gdn_split" if family.megatron.gdn_split else "gdn_fused",
         layout.value,
     }
-    if family.hybrid_layers:
+    if family.megatron.hybrid_layers:
         marker = 1 if side == "hf" else 2
         traits = {
             k[0]
@@ -242,7 +249,7 @@ def _layer(
             if (hf_prefix, meg_prefix)[marker - 1] + k[marker] in names
         }
     gdn_kinds = (Kind.GDN_IN_PROJ, Kind.GDN_SPLIT_IN_PROJ, Kind.GDN_HEAD_GROUPED)
-    for rule in HYBRID_RULES if family.hybrid_layers else DECODER_RULES:
+    for rule in HYBRID_RULES if family.megatron.hybrid_layers else DECODER_RULES:
         if rule.when and not set(rule.when.split("+")) <= traits:
             continue
         indices = experts if "{e}" in rule.megatron else [None]
@@ -282,36 +289,38 @@ def build_plan(
     """Plan the correspondence for a checkpoint holding ``names`` on ``side``, the Megatron
     side in ``layout``."""
     family = mappable_family(hf_config)
-    assert family.megatron_wrapper is not None
+    assert family.megatron is not None and family.layout.head_parts is not None
     base = hidden_layer_count(family, hf_config)
     if base is None:
         raise MappingError("config lacks num_hidden_layers")
     qkv = qkv_layout(family, hf_config, layout)
     gdn = gdn_layout(hf_config)
     experts = _int(hf_config, "num_experts", "n_routed_experts")
-    span = depth_span(family, hf_config) if family.hybrid_layers else 1
+    span = depth_span(family, hf_config) if family.megatron.hybrid_layers else 1
     mtp = _mtp_count(side, family, names, hf_config, base, span)
 
     mappings: list[TensorMapping] = []
+    main_layer = NameTemplate(family.layout.main_layer_prefix)
     for k in range(base):
-        hf_layer = family.main_layer_prefix.replace("{k}", str(k))
+        hf_layer = main_layer.main_layer(k)
         meg_layer = f"decoder.layers.{k}."
         mappings += _layer(hf_layer, meg_layer, names, side, qkv, family, gdn, experts, layout)
     for i in range(mtp):
         for t in range(span):
-            inner_hf = fill_template(family.layer_prefix, i * span + t, base)
+            inner_hf = fill_template(family.layout.layer_prefix, i * span + t, base)
             inner_meg = f"mtp.layers.{i}.transformer_layer." + (f"layers.{t}." if span > 1 else "")
             mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn, experts, layout)
-        for template, rel in zip(family.megatron_wrapper, MEGATRON_MTP_WRAPPER, strict=True):
+        for template, rel in zip(family.layout.head_parts, MEGATRON_MTP_WRAPPER, strict=True):
             if "{" not in template and i > 0:
                 continue
-            swap = rel == "eh_proj.weight" and family.concat_order is ConcatOrder.HIDDEN_FIRST
+            hidden_first = family.layout.concat_order is ConcatOrder.HIDDEN_FIRST
+            swap = rel == "eh_proj.weight" and hidden_first
             kind = Kind.SWAP_HALVES if swap else Kind.COPY
             hf_name = fill_template(template, i, base, span)
             meg_name = f"mtp.layers.{i}.{rel}"
             if (hf_name if side == "hf" else meg_name) in names:
                 mappings.append(TensorMapping(meg_name, (hf_name,), kind))
-    for hf_name, meg_name in top_level(family.main_shared, family.main_norm):
+    for hf_name, meg_name in top_level(family.layout.main_shared, family.layout.main_norm):
         if (hf_name if side == "hf" else meg_name) in names:
             mappings.append(TensorMapping(meg_name, (hf_name,), Kind.COPY))
 
@@ -321,7 +330,7 @@ def build_plan(
         (fill_template(c.template, i, base), c.main)
         for i in range(mtp)
         if side == "hf" or i in present
-        for c in family.copies
+        for c in family.layout.copies
     )
     covered = {n for m in mappings for n in (m.hf if side == "hf" else (m.megatron,))}
     if side == "hf":

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mtpcheck.dtypes import DTYPES, code_values, exact_wider, top_bits_of
+
 
 @dataclass(frozen=True)
 class Qkv:
@@ -32,10 +34,13 @@ class Qkv:
 
 
 def concat_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """HF tensors fused into one by rows (Megatron's ``linear_fc1`` of gate and up)."""
     return np.concatenate(parts, axis=0)
 
 
 def split_rows(whole: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    """A fused tensor cut by rows into parts of ``sizes`` rows (the inverse of
+    :func:`concat_rows`); ``ValueError`` when they do not add up."""
     if sum(sizes) != whole.shape[0]:
         raise ValueError(f"cannot split {whole.shape[0]} rows into {list(sizes)}")
     bounds = np.cumsum([0, *sizes])
@@ -43,10 +48,12 @@ def split_rows(whole: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
 
 
 def stack(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-expert tensors stacked along a new first axis (packed experts)."""
     return np.stack(parts, axis=0)
 
 
 def unstack(whole: np.ndarray) -> list[np.ndarray]:
+    """A stacked tensor's entries along its first axis (the inverse of :func:`stack`)."""
     return [whole[j] for j in range(whole.shape[0])]
 
 
@@ -117,6 +124,7 @@ class Gdn:
 
     @property
     def ratio(self) -> int:
+        """Value heads per key head."""
         return self.value_heads // self.key_heads
 
     def qkvz_widths(self) -> tuple[int, int, int, int]:
@@ -218,36 +226,50 @@ def add_to_values(bits: np.ndarray, dtype: str, delta: float) -> np.ndarray:
     tensor of ``dtype`` rounds it: the sum in float32 (float64 for F32), then to nearest even
     in ``dtype``; NaN stays NaN."""
     if dtype == "BF16":
-        values = (bits.astype(np.uint32) << 16).view(np.float32)
+        values = decode(bits, dtype, "<f4")
         summed = (values + np.float32(delta)).astype(np.float32)
         raw = summed.view(np.uint32)
         rounded = (raw + 0x7FFF + ((raw >> 16) & 1)) >> 16
         quiet = (raw >> 16) | 0x0040
-        return np.where(np.isnan(summed), quiet, rounded).astype(np.uint16)
+        out: np.ndarray = np.where(np.isnan(summed), quiet, rounded).astype(np.uint16)
+        return out
     if dtype == "F16":
-        values = bits.view(np.float16).astype(np.float32)
-        return (values + np.float32(delta)).astype(np.float16).view(np.uint16)
+        half: np.ndarray = (decode(bits, dtype, "<f4") + np.float32(delta)).astype(np.float16)
+        return half.view(np.uint16)
     if dtype == "F32":
-        return (bits.view(np.float32).astype(np.float64) + delta).astype(np.float32).view(np.uint32)
+        return (decode(bits, dtype) + delta).astype(np.float32).view(np.uint32)
     raise ValueError(f"a zero-centred norm of dtype {dtype} is not supported")
 
 
-_EXACT_WIDER = {"BF16": ("F32", "F64"), "F16": ("F32", "F64"), "F32": ("F64",)}
-"""Float types each of whose values the wider types hold exactly."""
-
-
 def comparable(narrow: str, wide: str) -> bool:
-    return wide in _EXACT_WIDER.get(narrow, ())
+    """Whether ``wide`` holds each value of ``narrow`` exactly (the narrower side is then
+    widened and compared bit for bit)."""
+    return wide in exact_wider(narrow)
+
+
+def decode(raw: np.ndarray, code: str, to: str = "<f8") -> np.ndarray:
+    """The values of ``raw`` (unsigned ints of ``code``'s width) as numpy type ``to``: a type
+    numpy holds viewed and cast, BF16 shifted to the top of a float32, a one-byte float looked
+    up in :func:`~mtpcheck.dtypes.code_values`. Every cast keeps the value, the sign of a zero
+    and (quieted) a NaN's payload; ``ValueError`` for a type none of these reads."""
+    dtype = DTYPES[code]
+    widened = top_bits_of(code)
+    values: np.ndarray
+    with np.errstate(invalid="ignore"):  # signalling NaNs: quiet ones after the cast
+        if dtype.numpy is not None:
+            values = raw.view(dtype.numpy).astype(to)
+        elif dtype.layout is not None and dtype.bits <= 8:
+            values = np.array(code_values(code))[raw].astype(to)
+        elif widened is not None:
+            wide, shift = DTYPES[widened[0]], widened[1]
+            bits = raw.astype(f"<u{wide.bits // 8}") << shift
+            values = bits.view(f"<f{wide.bits // 8}").astype(to)
+        else:
+            raise ValueError(f"{code} values are not decoded")
+    return values
 
 
 def widen(raw: np.ndarray, narrow: str, wide: str) -> np.ndarray:
     """Bits of ``raw`` (unsigned ints of ``narrow``'s width) as ``wide``'s bits, exactly."""
-    if narrow == "BF16":  # the top half of a float32
-        as32 = raw.astype(np.uint32) << 16
-        if wide == "F32":
-            return as32
-        return as32.view(np.float32).astype(np.float64).view(np.uint64)
-    source = {"F16": np.float16, "F32": np.float32}[narrow]
-    target, bits = {"F32": (np.float32, np.uint32), "F64": (np.float64, np.uint64)}[wide]
-    with np.errstate(invalid="ignore"):
-        return raw.view(source).astype(target).view(bits)
+    width = DTYPES[wide].bits // 8
+    return decode(raw, narrow, f"<f{width}").view(f"<u{width}")

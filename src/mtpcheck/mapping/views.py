@@ -21,7 +21,7 @@ from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
-from mtpcheck.model import Checkpoint, IntegrityIssue, Naming, ReadsSlices, TensorMeta
+from mtpcheck.model import Checkpoint, Naming, ReadsSlices, TensorMeta, ViewData
 from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import Role, logical_name, packed_modules
 
@@ -44,13 +44,14 @@ def load_array(ckpt: Checkpoint, name: str, chunk_bytes: int = 1 << 24) -> np.nd
     return array
 
 
-def _yield_bytes(array: np.ndarray, chunk_bytes: int) -> Iterator[memoryview]:
-    """The array's bytes in C order, as views of it (no copy when it is contiguous)."""
-    raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+def _yield_bytes(array: np.ndarray, chunk_bytes: int) -> Iterator[bytes]:
+    """The array's bytes in C order, ``chunk_bytes`` at a time (one empty chunk for an empty
+    array): ``bytes``, which the tensor matcher compares with ``memcmp``."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
     for start in range(0, len(raw), chunk_bytes):
-        yield raw[start : start + chunk_bytes]
+        yield bytes(raw[start : start + chunk_bytes])
     if not len(raw):
-        yield memoryview(b"")
+        yield b""
 
 
 def _same_dtype(metas: list[TensorMeta], what: str) -> str:
@@ -94,10 +95,10 @@ def _backward_shapes(m: TensorMapping, shape: tuple[int, ...]) -> list[tuple[int
         return [(qkvz, *tail), (ba, *tail)]
     if m.kind is Kind.GDN_SPLIT_IN_PROJ:
         assert m.gdn is not None
-        rows = m.gdn.split_rows()
-        if shape[0] != sum(rows):
+        split = m.gdn.split_rows()
+        if shape[0] != sum(split):
             raise MappingError(f"{m.megatron}: {shape[0]} rows do not match {m.gdn}")
-        return [(r, *tail) for r in rows]
+        return [(r, *tail) for r in split]
     if m.kind is Kind.CONCAT_ROWS:
         parts = len(m.hf)
         if shape[0] % parts:
@@ -156,30 +157,21 @@ def backward(m: TensorMapping, whole: np.ndarray, dtype: str = "") -> list[np.nd
 
 
 @dataclass(frozen=True)
-class MappedCheckpoint:
+class MappedCheckpoint(ViewData):
     """A checkpoint shown under the other side's names."""
 
-    path: str
-    format: str
-    config: Mapping[str, Any]
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    issues: tuple[IntegrityIssue, ...]
-    source: Checkpoint
     plan: Plan
     direction: str
     sources: Mapping[str, str] = field(default_factory=dict)
     """Name here -> name(s) it is computed from in ``source``, for messages."""
 
     @property
-    def cross_checked(self) -> str:
-        return self.source.cross_checked
-
-    @property
     def naming(self) -> Naming:
+        """Megatron names for an HF source shown as Megatron, HF names the other way."""
         return Naming.MEGATRON if self.direction == "to-megatron" else Naming.HF
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
+        """The tensor's bytes, computed from the source's tensors it maps from."""
         if self.direction == "to-megatron":
             m = self.plan.by_megatron()[name]
             if m.kind is Kind.COPY:
@@ -258,26 +250,18 @@ def as_megatron(
         "num_layers": plan.num_layers,
         "mtp_num_layers": _declared(plan),
     }
-    return MappedCheckpoint(
-        path=hf.path,
-        format=f"{hf.format} as megatron",
-        config=config,
-        config_path=hf.config_path,
-        tensors=tensors,
-        issues=hf.issues,
-        source=hf,
-        plan=plan,
-        direction="to-megatron",
-        sources=sources,
+    return MappedCheckpoint.over(
+        hf, "megatron", config, tensors, plan=plan, direction="to-megatron", sources=sources
     )
 
 
 def _declared(plan: Plan) -> int | None:
-    for key in plan.family.count_keys:
+    for key in plan.family.count.keys:
         found = text_value(plan.hf_config, key, is_int)
         if found:
-            return found[1]
-    return plan.family.default_count
+            count: int = found[1]  # is_int took it
+            return count
+    return plan.family.count.default
 
 
 def as_hf(
@@ -310,17 +294,14 @@ def as_hf(
                 sources[copy] = f"{sources[main]} (copy of {main})"
     config = dict(hf_config)
     mtp = megatron.config.get("mtp_num_layers")
-    for key in plan.family.count_keys:
+    for key in plan.family.count.keys:
         if key in config and isinstance(mtp, int):
             config[key] = mtp
-    return MappedCheckpoint(
-        path=megatron.path,
-        format=f"{megatron.format} as hf",
-        config=config,
-        config_path=megatron.config_path,
-        tensors=dict(sorted(tensors.items())),
-        issues=megatron.issues,
-        source=megatron,
+    return MappedCheckpoint.over(
+        megatron,
+        "hf",
+        config,
+        dict(sorted(tensors.items())),
         plan=plan,
         direction="to-hf",
         sources=sources,

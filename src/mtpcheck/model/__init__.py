@@ -30,6 +30,7 @@ from mtpcheck.model.checkpoint import (
     Prefetches,
     ReadsSlices,
 )
+from mtpcheck.model.checkpoint_data import CheckpointData, ViewData
 from mtpcheck.model.results import (
     CheckpointSummary,
     CheckResult,
@@ -56,6 +57,7 @@ __all__ = [
     "ChainAcceptance",
     "CheckResult",
     "Checkpoint",
+    "CheckpointData",
     "CheckpointSummary",
     "DeclaresQuantization",
     "DepthAcceptance",
@@ -82,6 +84,7 @@ __all__ = [
     "TensorMeta",
     "TensorStatus",
     "TensorTable",
+    "ViewData",
     "files_of",
     "total_nbytes",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mtpcheck.model.modes import DraftRule, OnlineEngine
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -112,7 +114,7 @@ class OnlineAcceptance:
     """k > 1: passes whose drafts 1..d were all accepted, for d = 1..k."""
     teacher_forced_per_depth: tuple[float, ...] = ()
     """k > 1: the teacher-forced share for the same, at the drafted positions."""
-    engine: str = "mtpcheck"
+    engine: OnlineEngine = OnlineEngine.MTPCHECK
     """Whose decoding loop ran: ``mtpcheck`` or ``transformers`` (``generate(use_mtp=True)``,
     its counts as transformers reports them)."""
     accepted_tokens: int = 0
@@ -120,7 +122,7 @@ class OnlineAcceptance:
     in_output: int | None = None
     """transformers, T = 0: first drafts the generated text holds at their position (each one
     the main model's greedy token, so accepted in fact; transformers' count can be lower)."""
-    draft_rule: str = "engine"
+    draft_rule: DraftRule = DraftRule.ENGINE
     """How the drafts were made: ``engine`` (vLLM's rule: deeper depths see only the slots
     they drafted at, layers reused, argmax drafts) or ``training`` (every depth over every
     slot, drafts sampled from q)."""
@@ -140,9 +142,9 @@ class OnlineAcceptance:
     @property
     def engine_title(self) -> str:
         """Whose loop ran, in words."""
-        if self.engine == "transformers":
+        if self.engine == OnlineEngine.TRANSFORMERS:
             return "transformers generate(use_mtp=True)"
-        if self.draft_rule == "engine":
+        if self.draft_rule == DraftRule.ENGINE:
             return "draft-then-verify, vLLM's draft rule"
         return "draft-then-verify, training rule"
 

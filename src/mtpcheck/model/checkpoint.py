@@ -34,21 +34,50 @@ class Naming(str, enum.Enum):
 
 @runtime_checkable
 class Checkpoint(Protocol):
-    """An opened checkpoint, whatever its on-disk format."""
+    """An opened checkpoint, whatever its on-disk format. Its data is read-only (readers
+    return frozen dataclasses, :class:`~mtpcheck.model.CheckpointData`)."""
 
-    path: str
-    format: str
-    """Format name, e.g. ``hf-safetensors``."""
-    naming: Naming
-    config: Mapping[str, Any]
-    """Parsed model config (``{}`` when the checkpoint ships none)."""
-    config_path: str | None
-    tensors: Mapping[str, TensorMeta]
-    """Every tensor the checkpoint holds, by its native name."""
-    issues: tuple[IntegrityIssue, ...]
-    cross_checked: str
-    """What the reader checked against each other when it opened the checkpoint, in words
-    (``headers and index``, ``a single header``): the integrity check's "consistent" line."""
+    @property
+    def path(self) -> str:
+        """Where the checkpoint is, as the user named it."""
+        ...
+
+    @property
+    def format(self) -> str:
+        """Format name, e.g. ``hf-safetensors``."""
+        ...
+
+    @property
+    def naming(self) -> Naming:
+        """Which tensor names the checkpoint uses."""
+        ...
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """Parsed model config (``{}`` when the checkpoint ships none)."""
+        ...
+
+    @property
+    def config_path(self) -> str | None:
+        """The file the config was read from; None when there is none."""
+        ...
+
+    @property
+    def tensors(self) -> Mapping[str, TensorMeta]:
+        """Every tensor the checkpoint holds, by its native name."""
+        ...
+
+    @property
+    def issues(self) -> tuple[IntegrityIssue, ...]:
+        """The structural problems found while opening it."""
+        ...
+
+    @property
+    def cross_checked(self) -> str:
+        """What the reader checked against each other when it opened the checkpoint, in words
+        (``headers and index``, ``a single header``): the integrity check's "consistent"
+        line."""
+        ...
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         """Yield the raw bytes of tensor ``name`` in order, ``chunk_bytes`` at a time (the last
@@ -71,9 +100,9 @@ class ReadsSlices(Protocol):
     """Reads bytes ``start .. start + length`` of a tensor alone (one of stacked experts),
     chunked as ``read_chunks``."""
 
-    def read_slice_chunks(
-        self, name: str, start: int, length: int, size: int
-    ) -> Iterator[bytes]: ...
+    def read_slice_chunks(self, name: str, start: int, length: int, size: int) -> Iterator[bytes]:
+        """Bytes ``start .. start + length`` of tensor ``name``, ``size`` at a time."""
+        ...
 
 
 @runtime_checkable
@@ -90,7 +119,9 @@ class HasSpanReader(Protocol):
 class Prefetches(Protocol):
     """A checkpoint read over the network, which fetches a batch of tensors at once."""
 
-    def prefetch(self, names: list[str]) -> None: ...
+    def prefetch(self, names: list[str]) -> None:
+        """Fetch the bytes of the tensors ``names`` ahead of ``read_chunks``."""
+        ...
 
 
 @runtime_checkable
@@ -99,7 +130,9 @@ class DeclaresQuantization(Protocol):
     ``hf_quant_config.json``); None when the checkpoint has none."""
 
     @property
-    def quant_config(self) -> Mapping[str, Any] | None: ...
+    def quant_config(self) -> Mapping[str, Any] | None:
+        """The parsed quantization description; None when there is none."""
+        ...
 
 
 @runtime_checkable
@@ -108,7 +141,9 @@ class HeadersOnly(Protocol):
     repository): ``why_no_bytes`` is empty when they can be read."""
 
     @property
-    def why_no_bytes(self) -> str: ...
+    def why_no_bytes(self) -> str:
+        """Why tensor bytes cannot be read; empty when they can."""
+        ...
 
     def file_sha256(self, file: str) -> str | None:
         """The sha256 of the whole file ``file`` (``TensorMeta.file``), where known for free."""
@@ -123,4 +158,16 @@ class MainModelElsewhere(Protocol):
     @property
     def main_model_elsewhere(self) -> str:
         """Where the main model is, in words; empty when this checkpoint holds it."""
+        ...
+
+
+@runtime_checkable
+class DraftsBeside(Protocol):
+    """A checkpoint that may have its MTP layers split off into a draft file beside it
+    (llama.cpp's ``--mtp`` writes ``mtp-<name>.gguf`` beside a target without them)."""
+
+    @property
+    def drafts_beside(self) -> tuple[str, ...] | None:
+        """For a checkpoint declaring no MTP layer: the draft files beside it (maybe none);
+        None when it declares one or is itself a draft."""
         ...

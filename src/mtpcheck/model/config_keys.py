@@ -9,7 +9,7 @@ Every lookup of such a key goes through :func:`text_value`, the top level first.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 TEXT_CONFIG: Final = "text_config"
 TEXT_ROOTS: Final = ("", f"{TEXT_CONFIG}.")
@@ -41,6 +41,6 @@ def text_value(
     return None
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """An integer in JSON's sense (``True`` is not one)."""
     return isinstance(value, int) and not isinstance(value, bool)

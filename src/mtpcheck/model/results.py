@@ -48,6 +48,8 @@ class CheckResult:
 
     @property
     def status(self) -> Status:
+        """The worst status among the findings (FAIL, WARN, PASS, INFO in that order); SKIP
+        when there are none."""
         statuses = {f.status for f in self.findings}
         for s in (Status.FAIL, Status.WARN, Status.PASS, Status.INFO):
             if s in statuses:
@@ -158,4 +160,5 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """True when no check failed."""
         return all(c.status is not Status.FAIL for c in self.checks)

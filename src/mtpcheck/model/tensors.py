@@ -41,6 +41,7 @@ class TensorMeta:
 
     @property
     def numel(self) -> int:
+        """Elements the tensor holds."""
         n = 1
         for d in self.shape:
             n *= d
@@ -58,12 +59,13 @@ class TensorColumns:
     names: list[str]
     dtypes: list[str]
     shapes: list[tuple[int, ...]]
-    offsets: array
+    offsets: array[int]
     """Absolute byte offset of each tensor's first byte (``array('q')``)."""
-    sizes: array
+    sizes: array[int]
     """Bytes of each tensor (``array('q')``)."""
 
     def meta(self, i: int, name: str) -> TensorMeta:
+        """The :class:`TensorMeta` of row ``i``, named ``name``."""
         offset = self.offsets[i]
         nbytes = self.sizes[i]
         return TensorMeta(
@@ -113,7 +115,9 @@ class TensorTable(Mapping[str, TensorMeta]):
             meta = self._built[name] = self._parts[k].meta(i - self._starts[k], name)
         return meta
 
+    # narrower than Mapping.get (a default of any type): callers pass None or a TensorMeta
     def get(self, name: str, default: TensorMeta | None = None) -> TensorMeta | None:  # type: ignore[override]
+        """The tensor ``name``, or ``default`` when the table has none."""
         return self[name] if name in self._position else default
 
     def __contains__(self, name: object) -> bool:
@@ -132,6 +136,7 @@ class TensorTable(Mapping[str, TensorMeta]):
 
     @property
     def parts(self) -> tuple[TensorColumns, ...]:
+        """The column blocks the table is made of, in order."""
         return tuple(self._parts)
 
 

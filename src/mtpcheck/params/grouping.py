@@ -26,9 +26,11 @@ class LogicalParam:
 
     @property
     def stored(self) -> tuple[str, ...]:
+        """Names of the stored tensors that make up the parameter."""
         return tuple(name for _, name in self.parts)
 
     def part(self, role: Role) -> str | None:
+        """The stored tensor holding ``role``; None when the parameter has none."""
         return next((name for r, name in self.parts if r is role), None)
 
     @property

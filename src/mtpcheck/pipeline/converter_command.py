@@ -20,6 +20,8 @@ LINE_CHARS = 400
 
 @dataclass(frozen=True)
 class CommandResult:
+    """How one conversion (the user's command or the built-in one) ended."""
+
     ok: bool
     message: str
     stderr_tail: str

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mtpcheck.checks.diff_checks import diff_report
 from mtpcheck.checks.tensor_match import compare_many
@@ -256,8 +256,8 @@ def _sharded_compare(
             compared = 0
             for run in runs_of_bytes([costs[i] for i in share]):  # one post to the store each
                 batch = [share[j] for j in run]
-                results = compare_many(a, b, [pairs[i] for i in batch])
-                done += zip(batch, results, strict=True)
+                found = compare_many(a, b, [pairs[i] for i in batch])
+                done += zip(batch, found, strict=True)
                 compared += sum(costs[i] for i in batch)
                 progress.post(compared)
         except BaseException as e:  # every rank must reach the collectives below
@@ -271,7 +271,7 @@ def _sharded_compare(
         finally:
             progress.close(len(pairs))
         assert all(r is not None for r in results)
-        return results  # type: ignore[return-value]
+        return cast(list[TensorComparison], results)
 
     return compare
 

@@ -21,7 +21,8 @@ from typing import Any
 from mtpcheck.convert import builtin, megatron_names
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import MtpFamily, detect_family
-from mtpcheck.formats.torch_dist_keys import FUSED_NORMS
+from mtpcheck.families.name_templates import NameTemplate
+from mtpcheck.formats.torch_dist_keys import DECODER_LAYER, FUSED_NORMS
 from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, top_level
 from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
@@ -32,14 +33,14 @@ TITLE = "Main model as megatron-core's GPTModel of the config holds it"
 _NORM_ALIASES = {f.fused: f.norm for f in FUSED_NORMS}
 """Norms that layer specs fuse into the next linear layer, by their unfused names: the same
 norm under the names of the local and the Transformer Engine specs."""
-_LAYER = re.compile(r"^(decoder\.layers\.\d+\.)(.*)$")
 
 
 def _canonical(name: str) -> str:
-    m = _LAYER.match(name)
+    """``name`` with a decoder layer's fused norm spelled as its plain norm."""
+    m = DECODER_LAYER.match(name)
     if m is None:
         return name
-    prefix, rel = m.groups()
+    prefix, rel = name[: m.end()], name[m.end() :]
     for fused, plain in _NORM_ALIASES.items():
         if rel.startswith(fused):
             return prefix + plain + rel[len(fused) :]
@@ -51,14 +52,14 @@ def _hf_sources(megatron: str, family: MtpFamily | None) -> tuple[str, ...]:
     rules say), for messages; empty when no rule names them."""
     if family is None:
         return ()
-    for hf, meg in top_level(family.main_shared, family.main_norm):
+    for hf, meg in top_level(family.layout.main_shared, family.layout.main_norm):
         if meg == megatron:
             return (hf,)
-    m = _LAYER.match(megatron)
+    m = DECODER_LAYER.match(megatron)
     if m is None:
         return ()
-    prefix, rel = m.groups()
-    hf_prefix = family.main_layer_prefix.replace("{k}", prefix.split(".")[2])
+    rel = megatron[m.end() :]
+    hf_prefix = NameTemplate(family.layout.main_layer_prefix).main_layer(m.group(1))
     for rule in DECODER_RULES:
         pattern = re.escape(rule.megatron).replace(r"\{e\}", r"(\d+)")
         found = re.fullmatch(pattern, rel)

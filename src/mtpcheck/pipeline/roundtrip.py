@@ -71,6 +71,7 @@ class RoundtripOptions:
 
 
 def check_disk(root: Path, needed: int) -> None:
+    """Refuse (exit 2) a work directory without ``needed`` bytes free."""
     free = shutil.disk_usage(root).free
     if free < needed:
         raise InputError(
@@ -91,7 +92,7 @@ def _stage(name: str, title: str, result: CommandResult, stage: str) -> CheckRes
     return CheckResult(name, title, (Finding(stage, Status.FAIL, message, details),))
 
 
-def _builtin(action: Callable[[], None], dst: Path) -> CommandResult:
+def _builtin(action: Callable[[], object], dst: Path) -> CommandResult:
     start = time.monotonic()
     try:
         action()
@@ -129,6 +130,7 @@ class StageRun:
 
     @property
     def readable(self) -> bool:
+        """The stage succeeded and its output can be opened."""
         return self.result.ok and self.unreadable is None
 
 
@@ -241,25 +243,11 @@ def convert(
     (other ranks open them again with :func:`open_outputs`). ``clock`` records how long each
     part took."""
     from mtpcheck.convert import builtin
-    from mtpcheck.mapping import as_megatron
 
-    label = None
-    if opts.synthetic:
-        from mtpcheck.convert.synthetic import build_synthetic
-
-        log(f"building a synthetic checkpoint from {opts.source}")
-        source_path = build_synthetic(opts.source, work / "synthetic")
-        label = f"synthetic checkpoint built from {opts.source}"
-    else:
-        source_path = opts.source
+    source_path, label = _source_path(opts, work, log)
     with _timed(clock, "source-audit"):
         source = open_checkpoint(source_path)
-        # first: a damaged source is a finding, whatever its family
-        audit = source_checks(source)
-        if not any(c.status is Status.FAIL for c in audit):
-            builtin.require_hf(source)
-            builtin.require_unquantized(source)  # exit 2, before megatron-core's model of it
-            audit = (*audit, source_check(mcore_model_check(source)))
+        audit = _audit(source)
     if any(c.status is Status.FAIL for c in audit):
         log("the source fails its audit: nothing converted")
         return Conversions(source_path, audit, None, None, label), Opened(source, None, None)
@@ -268,7 +256,62 @@ def convert(
         builtin.require_writable(source)  # the built-in stages need a writer for the family
     check_disk(work, int(DISK_MARGIN * 2 * total_nbytes(source.tensors)))
 
-    megatron_dir = work / "megatron"
+    converting = _Converting(opts, source, log, clock)
+    stage1, megatron = _stage1(converting, source_path, work / "megatron")
+    if megatron is None:
+        return Conversions(source_path, audit, stage1, None, label), Opened(source, None, None)
+    stage2, final = _stage2(converting, stage1.output, megatron, work / "hf")
+    return Conversions(source_path, audit, stage1, stage2, label), Opened(source, megatron, final)
+
+
+def _source_path(
+    opts: RoundtripOptions, work: Path, log: Callable[[str], None]
+) -> tuple[Path, str | None]:
+    """The checkpoint to convert, and how the report names it where that is not the path
+    the user gave (``--synthetic``: one built from it in ``work``)."""
+    if not opts.synthetic:
+        return opts.source, None
+    from mtpcheck.convert.synthetic import build_synthetic
+
+    log(f"building a synthetic checkpoint from {opts.source}")
+    source_path = build_synthetic(opts.source, work / "synthetic")
+    return source_path, f"synthetic checkpoint built from {opts.source}"
+
+
+def _audit(source: Checkpoint) -> tuple[CheckResult, ...]:
+    """Stage 0: the source's own checks, then (where they pass) megatron-core's model of it."""
+    from mtpcheck.convert import builtin
+
+    # first: a damaged source is a finding, whatever its family
+    audit = source_checks(source)
+    if not any(c.status is Status.FAIL for c in audit):
+        builtin.require_hf(source)
+        builtin.require_unquantized(source)  # exit 2, before megatron-core's model of it
+        audit = (*audit, source_check(mcore_model_check(source)))
+    return audit
+
+
+@dataclass(frozen=True)
+class _Converting:
+    """What both conversion stages work from."""
+
+    opts: RoundtripOptions
+    source: Checkpoint
+    """The source checkpoint, opened (headers only)."""
+    log: Callable[[str], None]
+    clock: StageClock | None
+
+
+def _stage1(
+    converting: _Converting, source_path: Path, megatron_dir: Path
+) -> tuple[StageRun, Checkpoint | None]:
+    """HF -> Megatron from ``source_path`` into ``megatron_dir`` (the user's converter or the
+    built-in one), and its output opened where the stage left it readable."""
+    from mtpcheck.convert import builtin
+
+    opts, source, log = converting.opts, converting.source, converting.log
+    clock = converting.clock
+
     if not opts.to_megatron:
         with _timed(clock, "stage1-import"):  # megatron-core's writer, apart from the writing
             import mtpcheck.convert.torch_dist_writer  # noqa: F401
@@ -289,11 +332,19 @@ def convert(
         megatron, unreadable = (
             _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
         )
-    stage1 = StageRun(result, megatron_dir, unreadable)
-    if megatron is None:
-        return Conversions(source_path, audit, stage1, None, label), Opened(source, None, None)
+    return StageRun(result, megatron_dir, unreadable), megatron
 
-    final_dir = work / "hf"
+
+def _stage2(
+    converting: _Converting, megatron_dir: Path, megatron: Checkpoint, final_dir: Path
+) -> tuple[StageRun, Checkpoint | None]:
+    """Megatron -> HF from stage 1's ``megatron_dir`` into ``final_dir``, and its output
+    opened where the stage left it readable."""
+    from mtpcheck.convert import builtin
+    from mtpcheck.mapping import as_megatron
+
+    opts, source, log = converting.opts, converting.source, converting.log
+    clock = converting.clock
     log(f"{STAGE2}: converting into {final_dir}")
     with _timed_stage(clock, "stage2-convert", final_dir):
         if opts.to_hf:
@@ -309,8 +360,7 @@ def convert(
             )
     with _timed(clock, "stage2-open"):
         final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
-    stage2 = StageRun(result, final_dir, unreadable)
-    return Conversions(source_path, audit, stage1, stage2, label), Opened(source, megatron, final)
+    return StageRun(result, final_dir, unreadable), final
 
 
 def _require_mapping(source: Checkpoint, shown: Path) -> None:
@@ -347,14 +397,13 @@ def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[Chec
 
 
 def _not_converted(audit: tuple[CheckResult, ...]) -> CheckResult:
+    """Stage 1 skipped: the source fails its audit (the checks that fail are named)."""
     failed = ", ".join(c.name for c in audit if c.status is Status.FAIL)
-    finding = Finding(
-        STAGE1,
-        Status.SKIP,
+    why = (
         f"not run: the source fails its audit ({failed}); a conversion would carry its defects "
-        "through both stages and blame them on the converter",
+        "through both stages and blame them on the converter"
     )
-    return CheckResult("stage1-convert", "Stage 1: converter", (finding,))
+    return CheckResult("stage1-convert", "Stage 1: converter", (Finding(STAGE1, Status.SKIP, why),))
 
 
 def check(

@@ -58,6 +58,7 @@ class StageClock:
         return cls(Path(where)) if where else None
 
     def add(self, stage: str, seconds: float, nbytes: int = 0) -> None:
+        """Record ``stage`` as having taken ``seconds`` (and written ``nbytes``)."""
         self.stages.append({"stage": stage, "seconds": round(seconds, 6), "bytes": nbytes})
 
     @contextlib.contextmanager
@@ -76,7 +77,7 @@ class StageClock:
 
         def run(
             a: Checkpoint, b: Checkpoint, pairs: Sequence[tuple[str, str]]
-        ) -> list[TensorComparison]:
+        ) -> Sequence[TensorComparison]:
             stage = next(calls, f"compare-{len(self.stages)}")
             with self.timed(stage):
                 results = compare(a, b, pairs)

@@ -1,6 +1,7 @@
 """Renderers of a finished report, keyed by the name the CLI exposes.
 
 Each renderer's module is imported when it is asked for: ``--format json`` never imports rich.
+What each part of a report looks like in each format is in ``report/sections/``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ _RENDERERS = {
     "markdown": ("mtpcheck.report.markdown", "MarkdownRenderer"),
 }
 
+STDOUT_FORMATS = ("table", "json")
+"""The formats a report can be printed in (``--format``); the others are written to files
+(``--junit-xml``, ``--markdown``). The first is the default."""
+
 
 def renderer(name: str) -> Renderer:
     """A renderer by name: ``table``, ``json``, ``junit`` or ``markdown``."""
@@ -24,4 +29,4 @@ def renderer(name: str) -> Renderer:
     return made
 
 
-__all__ = ["Renderer", "renderer"]
+__all__ = ["STDOUT_FORMATS", "Renderer", "renderer"]

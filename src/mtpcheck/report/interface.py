@@ -11,5 +11,7 @@ class Renderer(Protocol):
     """Writes a finished :class:`Report` to a text stream; computes nothing."""
 
     name: str
+    """The name the CLI knows the format by."""
 
-    def render(self, report: Report, stream: TextIO) -> None: ...
+    def render(self, report: Report, stream: TextIO) -> None:
+        """Write ``report`` to ``stream``."""
