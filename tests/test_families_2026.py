@@ -45,6 +45,7 @@ EXPECTED: dict[str, tuple[str, int, str]] = {
     "hy_v3": ("hy_v3", 1, "num_nextn_predict_layers"),
     "hy_v4": ("hy_v4", 1, "num_nextn_predict_layers"),
     "bailing_hybrid": ("bailing", 1, "num_nextn_predict_layers"),
+    "sarvam_moe": ("sarvam_moe", 1, "num_nextn_predict_layers"),
     "step3p7": ("step3p7", 3, "text_config.num_nextn_predict_layers"),
     "mimo_v2_flash": ("mimo_v2_flash", 3, "no count key; MiMo-V2-Flash loaders assume 3"),
     "minimax_m3": ("minimax_m3", 1, "text_config.num_mtp_modules"),

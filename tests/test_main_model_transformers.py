@@ -43,6 +43,7 @@ CONFIRMED = (
     "qwen3_5_text",
     "qwen3_next",
     "qwen4_exp_text",
+    "sarvam_moe",
     "step3p7",
 )
 """Fixtures whose model transformers loads, as a causal LM or an image-text-to-text model

@@ -404,6 +404,26 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         notes="some remote code counts the MTP layer inside num_hidden_layers; the layer is "
         "found where its eh_proj is",
     ),
+    # transformers models/sarvam_moe: a config only; Glm4MoeForCausalLM runs it and saves the
+    # release's Bailing-style names (conversion_mapping.py "sarvam_moe": model.word_embeddings,
+    # attention.query_key_value). GLM's MTP layer at model.layers.{N}, its block in those names;
+    # MtpModel (generate(use_mtp=True)) loads it once the ignore pattern names layer N (Glm4Moe's
+    # names GLM's 46 and 92 only). vLLM sarvam.py serves the main model; its registry has no
+    # Sarvam MTP model, and no SGLang loader was found.
+    _appended(
+        "sarvam_moe",
+        "Sarvam-MoE",
+        ("sarvam_moe",),
+        ("SarvamMoEForCausalLM",),
+        root="model.",
+        tail=("shared_head.norm.weight",),
+        main_shared=("model.word_embeddings.weight", "lm_head.weight"),
+        accept=AcceptSupport(
+            why_not="its MTP block keeps the release's tensor names (attention.query_key_value, "
+            "...), which transformers renames while loading; accept does not apply those yet"
+        ),
+        notes="released checkpoints hold no MTP weights (transformers' config says so)",
+    ),
     # transformers models/step3p7 (builds its ignore pattern from the count and loads the layers
     # in MtpModel for generate(use_mtp=True)); vLLM step3p5_mtp.py. Step-3.5's own entry keeps
     # its transformer.shared_head.{norm,output} names; transformers' MtpModel reads these.
