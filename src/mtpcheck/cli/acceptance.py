@@ -26,7 +26,7 @@ from mtpcheck.cli.app import (
 from mtpcheck.dtypes import COMPUTE_DTYPE_CHOICES
 from mtpcheck.extras import require
 from mtpcheck.model import Report
-from mtpcheck.model.modes import DraftRule, OnlineEngine
+from mtpcheck.model.modes import ChainHidden, DraftRule, OnlineEngine
 
 if TYPE_CHECKING:
     from mtpcheck.accept.vllm_engine import VllmSettings
@@ -138,7 +138,7 @@ ONLINE_OPTIONS: list[Decorator] = [
     ),
     click.option(
         "--chain",
-        type=click.Choice(("post-norm", "pre-norm")),
+        type=click.Choice([c.value for c in ChainHidden]),
         help="What MTP depth d passes to depth d+1: its output after the layer's final norm or "
         "before it. Default: the rule of the engine that serves the family "
         "(docs/acceptance/depths.md).",

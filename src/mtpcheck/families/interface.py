@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from mtpcheck.families.serving import EngineCopies, EngineDefault, EngineLimit
+from mtpcheck.model.modes import ChainHidden as ChainHidden  # re-exported: a family fact
 
 
 class CopyPolicy(str, enum.Enum):
@@ -28,20 +29,6 @@ class ConcatOrder(str, enum.Enum):
     """``proj(cat(norm(hidden), norm(embedding)))``: MiMo."""
     SPLIT = "split"
     """Two ``[H, H]`` projections, one per input, summed (DeepSeek-V4 ``e_proj`` / ``h_proj``)."""
-
-
-class ChainHidden(str, enum.Enum):
-    """Which hidden state of MTP depth d a serving engine feeds depth d + 1 (``accept`` with
-    several MTP layers)."""
-
-    POST_NORM = "post-norm"
-    """The block output after the layer's final norm: megatron-core's
-    ``MultiTokenPredictionBlock`` (it trains the chain), transformers' ``MtpModel`` and vLLM's
-    MiMo-V2-Flash MTP."""
-    PRE_NORM = "pre-norm"
-    """The block output before the final norm, which only feeds the output head: vLLM's and
-    SGLang's Step-3.5 MTP (``step3p5_mtp.py`` returns the block output, ``compute_logits``
-    applies ``shared_head.norm``)."""
 
 
 class Drafter(str, enum.Enum):
