@@ -142,3 +142,47 @@ def test_the_documented_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), {"__name__": "docs_example"})
+
+
+DAMAGING = f"{sys.executable} {ROOT / 'tests' / 'converters' / 'damaging.py'}"
+
+
+def test_roundtrip_through_the_api_keeps_the_mtp_layers(tmp_path: Path) -> None:
+    from mtpcheck.testing import assert_roundtrip
+
+    report = assert_roundtrip(FIXTURES / "glm4_moe", workdir=tmp_path)
+    assert report.command == "roundtrip"
+    assert {"stage1-tensors", "roundtrip-tensors"} <= {c.name for c in report.checks}
+    assert list(tmp_path.iterdir()) == []  # the temporary checkpoints are gone
+
+
+def test_roundtrip_through_a_converter_that_drops_mtp(tmp_path: Path) -> None:
+    from mtpcheck.testing import assert_roundtrip
+
+    to_megatron = f"{DAMAGING} drop-mtp-weights {{src}} {{dst}}"
+    with pytest.raises(AssertionError) as raised:
+        assert_roundtrip(FIXTURES / "glm4_moe", workdir=tmp_path, to_megatron=to_megatron)
+    message = str(raised.value)
+    assert (
+        "stage1-tensors: mtp.layers.0.eh_proj.weight: stage 1 (HF -> Megatron): missing in "
+        "Megatron output (was BF16[16, 32]) [from model.layers.2.eh_proj.weight]"
+    ) in message
+    assert (
+        "roundtrip-tensors: model.layers.2.eh_proj.weight: stage 1 (HF -> Megatron) (as "
+        "mtp.layers.0.eh_proj.weight): missing in final (was BF16[16, 32])"
+    ) in message
+
+
+def test_accept_through_the_api_matches_the_cli(run_cli: Callable[..., Run]) -> None:
+    ckpt = FIXTURES / "accept_deepseek_v3"
+    workload = ckpt / "workloads" / "in_domain.jsonl"
+    report = mtpcheck.api.accept(ckpt, {"in": workload}, max_tokens=32)
+    run = run_cli(
+        "accept", ckpt, "--workload", f"in={workload}", "--max-tokens", "32", "--format", "json"
+    )
+    stream = io.StringIO()
+    renderer("json").render(report, stream)
+    assert run.exit_code == (0 if report.ok else 1)
+    assert json.loads(stream.getvalue()) == json.loads(run.stdout)
+    (result,) = report.acceptance
+    assert result.workload == "in"
