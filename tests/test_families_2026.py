@@ -31,6 +31,16 @@ def _fixture_of(family: MtpFamily) -> str | None:
 FAMILIES_2026 = tuple(name for f in REGISTERED_2026 if (name := _fixture_of(f)) is not None)
 """The fixtures of the 2025-2026 families, in registry order."""
 
+WITHOUT_FIXTURE = {"qwen4_exp", "gemma4"}
+"""2025-2026 families with no fixture of their own: Qwen3.8's full model (its text-only
+sibling ``qwen4_exp_text`` has one) and Gemma 4's main model (its drafter ships apart, as
+``gemma4_assistant``). Any other family without one fails the test below."""
+
+
+def test_only_the_named_families_ship_no_fixture() -> None:
+    assert {f.key for f in REGISTERED_2026 if _fixture_of(f) is None} == WITHOUT_FIXTURE
+
+
 # fixture -> (registry key, MTP layers, where the count is declared)
 EXPECTED: dict[str, tuple[str, int, str]] = {
     "qwen3_5_moe": ("qwen3_5", 1, "text_config.mtp_num_hidden_layers"),

@@ -99,8 +99,8 @@ def _location(f: MtpFamily) -> str:
 
 
 def _copies(f: MtpFamily) -> str:
-    layout = f.layout  # NONE: never stored, not compared
-    if not layout.copies or layout.copy_policy is CopyPolicy.NONE:
+    layout = f.layout
+    if not layout.copies or layout.copy_policy is CopyPolicy.NONE:  # never stored, not compared
         return "none"
     return f"{_code(short_name(f, c.template) for c in layout.copies)} ({layout.copy_policy.value})"
 

@@ -193,6 +193,21 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
+def across_ranks(
+    command: str, opts: OutputOptions, run: Callable[[Callable[[Callable[[], Report]], int]], int]
+) -> int:
+    """``run`` one rank of a torchrun job with rank 0's ``execute``; its common exit code."""
+
+    def on_rank0(build: Callable[[], Report]) -> int:
+        return execute(command, build, opts)
+
+    try:
+        return run(on_rank0)
+    except Exception as e:  # the process group itself failed (rendezvous, timeout)
+        click.echo(f"mtpcheck: error: torch.distributed: {type(e).__name__}: {e}", err=True)
+        return ExitCode.INTERNAL
+
+
 def report_and_exit(
     command: str,
     build: Callable[[], Report],

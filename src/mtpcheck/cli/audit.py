@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -11,12 +10,11 @@ from mtpcheck import api
 from mtpcheck.cli.app import (
     MEGATRON_LAYOUT,
     OutputOptions,
+    across_ranks,
     cli,
-    execute,
     output_options,
     report_and_exit,
 )
-from mtpcheck.errors import ExitCode
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report
 
@@ -99,34 +97,15 @@ def diff(
         )
 
     def sharded() -> int:
-        return _diff_across_ranks(Path(a), Path(b), all_tensors, opts)
+        """The tensor list split across ranks (torch.distributed, gloo); rank 0 reports."""
+        from mtpcheck.pipeline.distributed import diff_across_ranks
+
+        return across_ranks(
+            "diff",
+            opts,
+            lambda on_rank0: diff_across_ranks(
+                Path(a), Path(b), all_tensors, opts.trust_pickle, on_rank0, opts.log
+            ),
+        )
 
     report_and_exit("diff", build, opts, sharded)
-
-
-def across_ranks(
-    command: str, opts: OutputOptions, run: Callable[[Callable[[Callable[[], Report]], int]], int]
-) -> int:
-    """``run`` one rank of a torchrun job with rank 0's ``execute``; its common exit code."""
-
-    def on_rank0(build: Callable[[], Report]) -> int:
-        return execute(command, build, opts)
-
-    try:
-        return run(on_rank0)
-    except Exception as e:  # the process group itself failed (rendezvous, timeout)
-        click.echo(f"mtpcheck: error: torch.distributed: {type(e).__name__}: {e}", err=True)
-        return ExitCode.INTERNAL
-
-
-def _diff_across_ranks(a: Path, b: Path, all_tensors: bool, opts: OutputOptions) -> int:
-    """The tensor list split across ranks (torch.distributed, gloo); rank 0 reports."""
-    from mtpcheck.pipeline.distributed import diff_across_ranks
-
-    return across_ranks(
-        "diff",
-        opts,
-        lambda on_rank0: diff_across_ranks(
-            a, b, all_tensors, opts.trust_pickle, on_rank0, opts.log
-        ),
-    )

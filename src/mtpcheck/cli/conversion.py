@@ -13,12 +13,12 @@ from mtpcheck.cli.app import (
     DEBUG,
     MEGATRON_LAYOUT,
     OutputOptions,
+    across_ranks,
     cli,
     output_options,
     report_and_exit,
     run_action,
 )
-from mtpcheck.cli.audit import across_ranks
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.extras import require
 from mtpcheck.model import Report, total_nbytes

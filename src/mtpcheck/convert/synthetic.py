@@ -16,6 +16,7 @@ from typing import Any
 from mtpcheck.errors import InputError
 from mtpcheck.families import MtpFamily, detect_family, fill_template
 from mtpcheck.families.layout import declared_count
+from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.torch_threads import configure_torch_threads
 
@@ -148,7 +149,7 @@ def _mtp_tensors(
             if name.startswith(ref):
                 out[prefix + name[len(ref) :]] = fresh(tuple(t.shape), t)
         for template in family.layout.specific:
-            if "{" not in template and i > 0:
+            if NameTemplate(template).fixed and i > 0:
                 continue
             name = fill_template(template, i, layers)
             if template == family.layout.projection:

@@ -176,15 +176,15 @@ def joined_names(names: list[str]) -> str | None:
 
 class LayerNames(Mapping[int, frozenset[str]]):
     """Main layer number -> the names of its tensors relative to its prefix (``mlp.gate.weight``),
-    for layers below ``base``; ``template`` is the main layers' prefix (``model.layers.{k}.``, or
-    with ``{n}``). A layer's set is built when it is first looked up: the search for the layer
+    for layers below ``base``; ``template`` is the main layers' prefix (``model.layers.{k}.``).
+    A layer's set is built when it is first looked up: the search for the layer
     an MTP block mirrors looks at the latest layers first and usually stops at one."""
 
     def __init__(self, names: list[str], template: str, base: int | None) -> None:
         self._names = names
         self._runs: dict[int, list[tuple[int, int, int]]] = {}
         for start, stop, end, groups in prefix_runs(names, template):
-            k = int(groups["k"] if "k" in groups else groups["n"])
+            k = int(groups["k"])
             if base is None or k < base:
                 self._runs.setdefault(k, []).append((start, stop, end))
         self._built: dict[int, frozenset[str]] = {}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.dtypes import itemsize
+from mtpcheck.dtypes import exact_wider, itemsize
 from mtpcheck.errors import InputError
 from mtpcheck.families import analyse
 from mtpcheck.mapping import transforms as tf
@@ -86,7 +86,7 @@ def _dtype(target: GgufTarget, source: str, gguf: Checkpoint) -> str:
     stored = gguf.tensors.get(target.name)
     if target.plus_one:
         return "F32"
-    if stored is not None and tf.comparable(source, stored.dtype):
+    if stored is not None and stored.dtype in exact_wider(source):
         return stored.dtype
     return source
 

@@ -311,7 +311,7 @@ def build_plan(
             inner_meg = f"mtp.layers.{i}.transformer_layer." + (f"layers.{t}." if span > 1 else "")
             mappings += _layer(inner_hf, inner_meg, names, side, qkv, family, gdn, experts, layout)
         for template, rel in zip(family.layout.head_parts, MEGATRON_MTP_WRAPPER, strict=True):
-            if "{" not in template and i > 0:
+            if NameTemplate(template).fixed and i > 0:
                 continue
             hidden_first = family.layout.concat_order is ConcatOrder.HIDDEN_FIRST
             swap = rel == "eh_proj.weight" and hidden_first

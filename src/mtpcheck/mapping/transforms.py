@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mtpcheck.dtypes import DTYPES, code_values, exact_wider, top_bits_of
+from mtpcheck.dtypes import DTYPES, code_values, top_bits_of
 
 
 @dataclass(frozen=True)
@@ -241,12 +241,6 @@ def add_to_values(bits: np.ndarray, dtype: str, delta: float) -> np.ndarray:
     raise ValueError(f"a zero-centred norm of dtype {dtype} is not supported")
 
 
-def comparable(narrow: str, wide: str) -> bool:
-    """Whether ``wide`` holds each value of ``narrow`` exactly (the narrower side is then
-    widened and compared bit for bit)."""
-    return wide in exact_wider(narrow)
-
-
 def decode(raw: np.ndarray, code: str, to: str = "<f8") -> np.ndarray:
     """The values of ``raw`` (unsigned ints of ``code``'s width) as numpy type ``to``: a type
     numpy holds viewed and cast, BF16 shifted to the top of a float32, a one-byte float looked
@@ -263,7 +257,7 @@ def decode(raw: np.ndarray, code: str, to: str = "<f8") -> np.ndarray:
         elif widened is not None:
             wide, shift = DTYPES[widened[0]], widened[1]
             bits = raw.astype(f"<u{wide.bits // 8}") << shift
-            values = bits.view(f"<f{wide.bits // 8}").astype(to)
+            values = bits.view(f"<f{wide.bits // 8}").astype(to, copy=False)  # bits is ours
         else:
             raise ValueError(f"{code} values are not decoded")
     return values

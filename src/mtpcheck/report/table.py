@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mtpcheck.model import Report
-from mtpcheck.report.blocks import Block, Cell, CellLike, Grid
+from mtpcheck.report.blocks import Block, CellLike, Grid
 from mtpcheck.report.sections import SECTIONS
 from mtpcheck.report.sections.checks import needed_width
 
@@ -44,13 +44,9 @@ def _print(console: Console, block: Block) -> None:
     if isinstance(block, Grid):
         console.print(_rich_table(block))
     elif block.parts:
-        console.print(Text.assemble(*(_pair(part) for part in block.parts)))
+        console.print(Text.assemble(*(_text(part) for part in block.parts)))
     else:
         console.print()
-
-
-def _pair(part: Cell) -> tuple[str, str]:
-    return part.text, part.style
 
 
 class _Console(Console):
