@@ -101,23 +101,27 @@ KEPT = "dtype changed BF16 -> F32 (every value kept: the wider type holds each e
 def test_hy_v3_router_bias_is_widened_to_float32(run_cli, tmp_path: Path) -> None:
     """megatron-core keeps the router's expert bias in F32: the bridge widens HY-V3's BF16
     ``mlp.expert_bias`` (main and MTP layer) and exports it so. Every other tensor maps bit for
-    bit; the two changed dtypes fail the gate, each named with its values kept."""
+    bit; the two changed dtypes are warned of, each named with its values kept, and the gate
+    passes: no value was lost."""
     run = run_cli(
         "diff", FIXTURES / "hy_v3", CORPUS / "hy_v3" / "megatron", "--all", "--format", "json"
     )
-    assert run.exit_code == 1, run
+    assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    assert fail_messages(report, "tensors") == {
+    assert fail_messages(report, "tensors", "warn") == {
         "decoder.layers.1.mlp.router.expert_bias": KEPT,
         "mtp.layers.0.transformer_layer.mlp.router.expert_bias": KEPT,
     }
     statuses = [t["status"] for t in report["tensors"]]
     assert (len(statuses), statuses.count("equal")) == (51, 49)
     round_trip = replay_roundtrip(run_cli, CORPUS, "hy_v3", tmp_path)
-    assert failing_checks(round_trip) == {
-        "stage1-tensors": ["mtp.layers.0.transformer_layer.mlp.router.expert_bias"],
-        "roundtrip-tensors": ["model.layers.2.mlp.expert_bias"],
-    }
+    assert failing_checks(round_trip) == {}
+    assert list(fail_messages(round_trip, "stage1-tensors", "warn")) == [
+        "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
+    ]
+    assert list(fail_messages(round_trip, "roundtrip-tensors", "warn")) == [
+        "model.layers.2.mlp.expert_bias"
+    ]
 
 
 def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
@@ -127,8 +131,8 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     ``vision_model.*``, in F32 (its VL bridge reads the dtype from ``text_config``, where the
     fixture has none). The MTP layer is found under the language model's names, the MTP
     block's fused experts (``gate_up_proj`` [E, 2I, H]) are compared expert by expert, every
-    value is kept and every tensor fails on its widened dtype; the vision tower, which no rule
-    maps, is named as not compared."""
+    value is kept and every tensor is warned of for its widened dtype; the vision tower, which no
+    rule maps, is named as not compared."""
     megatron = CORPUS / "qwen3_5_moe" / "megatron"
     inspected = run_cli("inspect", megatron, "--format", "json")
     assert inspected.exit_code == 0, inspected
@@ -138,11 +142,12 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     assert all(not t.startswith("language_model.") for t in summary["mtp_layers"][0]["tensors"])
 
     run = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--format", "json")
-    assert run.exit_code == 1, run
+    assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    failing = fail_messages(report, "tensors")
-    assert len(failing) == 24 and set(failing.values()) == {KEPT}
-    experts = [n for n in failing if ".experts.local_experts." in n]
+    assert fail_messages(report, "tensors") == {}
+    widened = fail_messages(report, "tensors", "warn")
+    assert len(widened) == 24 and set(widened.values()) == {KEPT}
+    experts = [n for n in widened if ".experts.local_experts." in n]
     assert len(experts) == 8  # 4 experts x (fc1, fc2), cut from two fused HF tensors
 
     everything = json.loads(
@@ -162,10 +167,10 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     assert {t["values_differing"] for t in everything["tensors"]} == {0}
 
     round_trip = replay_roundtrip(run_cli, CORPUS, "qwen3_5_moe", tmp_path)
-    stage1 = fail_messages(round_trip, "stage1-tensors")
+    stage1 = fail_messages(round_trip, "stage1-tensors", "warn")
     assert len(stage1) == 24
     assert all(m.startswith(f"stage 1 (HF -> Megatron): {KEPT} [from ") for m in stage1.values())
-    assert set(failing_checks(round_trip)) == {"stage1-tensors", "roundtrip-tensors"}
+    assert failing_checks(round_trip) == {}
 
 
 def test_a_flipped_bit_in_a_nested_hybrid_mtp_layer_is_named(run_cli, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""A changed dtype is a finding; whether the values survived it is said beside it."""
+"""A changed dtype is a finding; whether the values survived it is said beside it, and decides
+it: a widening that keeps every value warns, any other change fails."""
 
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ def _diff(run_cli, tmp_path: Path, a: tuple[str, bytes], b: tuple[str, bytes]) -
     run = run_cli(
         "diff", tmp_path / "a.safetensors", tmp_path / "b.safetensors", "--all", "--format", "json"
     )
-    assert run.exit_code == 1, run
-    (tensor,) = json.loads(run.stdout)["tensors"]
+    report = json.loads(run.stdout)
+    (tensor,) = report["tensors"]
     assert tensor["status"] == "dtype_changed"
+    (finding,) = [f for c in report["checks"] for f in c["findings"] if f["subject"] == "w"]
+    kept = tensor["values_differing"] == 0
+    assert (run.exit_code, finding["status"]) == ((0, "warn") if kept else (1, "fail")), run
     return tensor
 
 

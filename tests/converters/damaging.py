@@ -59,6 +59,16 @@ def main() -> None:
             t["mtp.layers.0.eh_proj.weight"] = t["mtp.layers.0.eh_proj.weight"].to(torch.float32)
 
         _to_megatron(src, dst, upcast)
+    elif mode == "swap-eh-proj-halves":  # [embedding; hidden] concatenated the wrong way
+
+        def swap_halves(t: dict) -> None:
+            import torch
+
+            w = t["mtp.layers.0.eh_proj.weight"]
+            h = w.shape[1] // 2
+            t["mtp.layers.0.eh_proj.weight"] = torch.cat([w[:, h:], w[:, :h]], dim=1).contiguous()
+
+        _to_megatron(src, dst, swap_halves)
     elif mode == "drop-mtp-weights":
         _to_megatron(src, dst, lambda t: [t.pop(n) for n in list(t) if n.startswith("mtp.")])
     elif mode == "mtp-off":  # Megatron-Bridge's GLM-5 bridge by default

@@ -42,12 +42,12 @@ def failing_checks(report: dict[str, Any]) -> dict[str, list[str]]:
     }
 
 
-def fail_messages(report: dict[str, Any], check: str) -> dict[str, str]:
-    """Subject -> message of the failing findings of ``check``."""
+def fail_messages(report: dict[str, Any], check: str, status: str = "fail") -> dict[str, str]:
+    """Subject -> message of the failing findings of ``check`` (or those of ``status``)."""
     return {
         f["subject"]: f["message"]
         for c in report["checks"]
         if c["name"] == check
         for f in c["findings"]
-        if f["status"] == "fail"
+        if f["status"] == status
     }

@@ -47,6 +47,7 @@ def _dequantized(
     """The finding of one quantized parameter, dequantized and measured against the side
     that holds it in full precision."""
     from mtpcheck.checks.dequantize import (  # numpy: only here
+        Malformed,
         NotDequantized,
         full_precision,
         steps_off,
@@ -64,6 +65,8 @@ def _dequantized(
             steps = steps_off(full_precision(a, pair.a), b, pair.b, scheme_b)
         else:
             steps = steps_off(full_precision(b, pair.b), a, pair.a, scheme_a)
+    except Malformed as e:
+        return Finding(c.name, Status.FAIL, f"{describe(c)}; cannot be decoded: {e}"), c
     except NotDequantized as e:
         return Finding(c.name, Status.INFO, f"{describe(c)}; not dequantized: {e}"), c
     measured = replace(c, steps=steps)

@@ -66,14 +66,25 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
     )
 
 
-def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -> Finding:
-    """One tensor's comparison as a finding: equal PASS, not compared SKIP, compared in
-    quantization steps INFO, anything else FAIL; ``left`` / ``right`` name the two sides."""
-    status = Status.PASS if c.status is TensorStatus.EQUAL else Status.FAIL
+def status_of(c: TensorComparison) -> Status:
+    """The verdict on one comparison: equal PASS, not compared SKIP, compared in quantization
+    steps INFO, widened to a float type that holds every value exactly WARN (not the same
+    bytes, but no value lost: one rule for diff and roundtrip), anything else FAIL."""
+    if c.status is TensorStatus.EQUAL:
+        return Status.PASS
     if c.status is TensorStatus.NOT_COMPARED:
-        status = Status.SKIP
+        return Status.SKIP
     if c.status is TensorStatus.QUANTIZED:
-        status = Status.INFO
+        return Status.INFO
+    if c.status is TensorStatus.DTYPE_CHANGED and c.values_differing == 0:
+        return Status.WARN
+    return Status.FAIL
+
+
+def comparison_finding(c: TensorComparison, left: str = "A", right: str = "B") -> Finding:
+    """One tensor's comparison as a finding (:func:`status_of`); ``left`` / ``right`` name
+    the two sides."""
+    status = status_of(c)
     return Finding(
         subject=c.name,
         status=status,

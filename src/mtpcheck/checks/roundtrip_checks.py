@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.diff_checks import Compare
-from mtpcheck.checks.findings import describe
+from mtpcheck.checks.findings import describe, status_of
 from mtpcheck.checks.inspect_checks import count_check, inspect_report
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.checks.tensor_match import compare_many
@@ -110,7 +110,7 @@ def stage1_checks(
     findings = [
         Finding(
             name,
-            Status.FAIL,
+            status_of(c),
             f"{STAGE1}: {describe(c, 'source', 'Megatron output')} "
             f"[from {expected.sources.get(name, 'nothing in the source')}]",
             {"status": c.status.value, "hf": expected.sources.get(name)},
@@ -188,7 +188,7 @@ def stage2_checks(
         findings.append(
             Finding(
                 c.name,
-                Status.FAIL,
+                status_of(c),
                 f"{stage}{via}: {describe(c, 'source', 'final')}",
                 {"status": c.status.value, "stage": 1 if lost_early else 2},
             )

@@ -17,6 +17,7 @@ from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
 from mtpcheck.families.name_templates import matches_template
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
 from mtpcheck.model.config_keys import is_int, text_value
+from mtpcheck.params import logical_name
 
 NAME = "mtp-shapes"
 TITLE = "MTP tensor shapes"
@@ -90,6 +91,8 @@ def shapes_check(
     findings = []
     checked = 0
     for name in names:
+        if logical_name(name)[1].sized_by_content:
+            continue
         shape = tensors[name].shape
         whole = _element_per_value(tensors[name].dtype)
         expected = _wrapper_expectations(family, hidden, name) if hidden and whole else None

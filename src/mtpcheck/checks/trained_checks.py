@@ -36,7 +36,7 @@ from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
-from mtpcheck.params import Role, logical_name, packed_modules
+from mtpcheck.params import Role, logical_name, quantized_modules
 
 PREFIX_BYTES = 4096
 SAMPLE_BYTES = 256 * 1024
@@ -198,7 +198,7 @@ def _block_tensors(
     """(MTP name, its block prefix, relative name) of the block's multi-row float tensors,
     routed experts past the first left out, and so are the side parts of a quantized weight
     (its scales: equal scales are a coincidence of quantization, not a copied tensor)."""
-    packed = packed_modules(names)
+    packed = quantized_modules(names)
     for prefix, _ in blocks:
         for name in names:
             if not name.startswith(prefix):

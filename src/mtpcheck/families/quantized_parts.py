@@ -11,7 +11,7 @@ from mtpcheck.params import (
     LogicalParam,
     group,
     logical_name,
-    packed_modules,
+    quantized_modules,
     stored_forms,
 )
 
@@ -35,7 +35,7 @@ def lacking(
     if not absent:
         return set()
     held = group(prefix + rel for rel in inner)
-    main_packed = packed_modules(expected)
+    main_packed = quantized_modules(expected)
     missing = set()
     for rel in absent:
         if rel.startswith(family.layout.block_lacks):

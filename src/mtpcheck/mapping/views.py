@@ -23,7 +23,7 @@ from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.model import Checkpoint, Naming, ReadsSlices, TensorMeta, ViewData
 from mtpcheck.model.config_keys import is_int, text_value
-from mtpcheck.params import Role, logical_name, packed_modules
+from mtpcheck.params import Role, logical_name, quantized_modules
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -318,7 +318,7 @@ def require_complete(plan: Plan, where: str) -> None:
     full-precision weights, and Megatron checkpoints hold no quantizer's parts."""
     if not plan.unmapped:
         return
-    packed = packed_modules(plan.unmapped)
+    packed = quantized_modules(plan.unmapped)
     parts = [n for n in plan.unmapped if logical_name(n, packed)[1] is not Role.WEIGHT]
     if parts:
         raise InputError(

@@ -7,7 +7,7 @@ from mtpcheck.params.grouping import (
     LogicalParam,
     group,
     logical_name,
-    packed_modules,
+    quantized_modules,
     stored_forms,
 )
 from mtpcheck.params.parts import FUSED_EXPERTS, PARTS, Method, Role, StoredPart
@@ -24,7 +24,7 @@ __all__ = [
     "declared_scheme",
     "group",
     "logical_name",
-    "packed_modules",
+    "quantized_modules",
     "scheme_of",
     "stored_forms",
 ]

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.model import TensorMeta
-from mtpcheck.params.parts import LOGICAL_SUFFIX, PART_BY_SUFFIX, PARTS, Role, StoredPart
+from mtpcheck.params.parts import (
+    LOGICAL_SUFFIX,
+    PART_BY_SUFFIX,
+    PARTS,
+    SUFFIX_COMPONENTS,
+    Role,
+    StoredPart,
+)
 
 
 @dataclass(frozen=True)
@@ -49,29 +56,35 @@ class LogicalParam:
 
 
 def _split(name: str) -> tuple[str, StoredPart] | None:
-    """``<module>.<suffix>`` -> (module, part) where the suffix is a quantizer's part."""
-    module, dot, suffix = name.rpartition(".")
-    part = PART_BY_SUFFIX.get(suffix) if dot else None
-    return (module, part) if part is not None else None
+    """``<module>.<suffix>`` -> (module, part) where the suffix (one or more name components,
+    the longest that matches) is a quantizer's part."""
+    components = name.split(".")
+    for k in range(min(SUFFIX_COMPONENTS, len(components) - 1), 0, -1):
+        part = PART_BY_SUFFIX.get(".".join(components[-k:]))
+        if part is not None:
+            return ".".join(components[:-k]), part
+    return None
 
 
-def packed_modules(names: Iterable[str]) -> set[str]:
-    """The modules among ``names`` that store a packed weight."""
-    return {
-        found[0]
-        for name in names
-        if (found := _split(name)) is not None and found[1].role is Role.PACKED
-    }
+def quantized_modules(names: Iterable[str]) -> set[str]:
+    """The modules among ``names`` whose generic side parts (``scales``, ``qzeros``,
+    ``g_idx``, ``biases``) are a quantizer's: those storing a packed weight, and those storing
+    a ``weight`` beside ``scales`` (mlx-lm)."""
+    split = [found for name in names if (found := _split(name)) is not None]
+    packed = {module for module, part in split if part.role is Role.PACKED}
+    scaled = {module for module, part in split if part.suffix == "scales"}
+    weighted = {module for module, part in split if part.suffix == LOGICAL_SUFFIX}
+    return packed | (scaled & weighted)
 
 
-def logical_name(name: str, packed_modules: Collection[str] = ()) -> tuple[str, Role]:
-    """The parameter ``name`` is a part of, and its role there. ``packed_modules`` (modules
-    storing a packed weight) decide the parts whose suffix is generic (AutoAWQ's ``scales``)."""
+def logical_name(name: str, quantized_modules: Collection[str] = ()) -> tuple[str, Role]:
+    """The parameter ``name`` is a part of, and its role there. ``quantized_modules`` (see
+    :func:`quantized_modules`) decide the parts whose suffix is generic (AutoAWQ's ``scales``)."""
     found = _split(name)
     if found is None:
         return name, Role.WEIGHT
     module, part = found
-    if part.needs_packed and module not in packed_modules:
+    if part.needs_packed and module not in quantized_modules:
         return name, Role.WEIGHT
     return f"{module}.{LOGICAL_SUFFIX}", part.role
 
@@ -79,7 +92,7 @@ def logical_name(name: str, packed_modules: Collection[str] = ()) -> tuple[str, 
 def group(names: Iterable[str]) -> dict[str, LogicalParam]:
     """The logical parameters of ``names``, by parameter name."""
     names = list(names)
-    packed = packed_modules(names)
+    packed = quantized_modules(names)
     found: dict[str, list[tuple[Role, str]]] = {}
     for name in names:
         logical, role = logical_name(name, packed)

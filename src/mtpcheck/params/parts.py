@@ -4,8 +4,10 @@ A quantizer replaces one weight ``<module>.weight`` by several stored tensors be
 packed integer tensor, scales, zero points, a global scale, the original shape. Each suffix
 below says which part of the logical parameter ``<module>.weight`` a stored tensor is and
 which quantization formats write it. Names are those of the writers' own code:
-compressed-tensors (llm-compressor), NVIDIA modelopt's HF export, AutoAWQ / GPTQ, and the
-FP8 block releases of DeepSeek, GLM and Qwen (``weight_scale_inv``).
+compressed-tensors (llm-compressor), NVIDIA modelopt's HF export, AutoAWQ / GPTQ / AutoRound,
+bitsandbytes as transformers saves it, mlx-lm, and the FP8 block releases of DeepSeek, GLM and
+Qwen (``weight_scale_inv``). A suffix may span name components: bitsandbytes stores its 4-bit
+state under ``<module>.weight.absmax`` and ``<module>.weight.quant_state.bitsandbytes__nf4``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,23 @@ class Role(str, enum.Enum):
     """The unpacked weight's shape, stored as a tensor (compressed-tensors pack-quantized)."""
     G_IDX = "g-idx"
     """Group index of each input column (GPTQ activation ordering)."""
+    OFFSET = "offset"
+    """A value added per group after scaling (mlx-lm's affine ``biases``)."""
+    CODEBOOK = "codebook"
+    """The value of each code (bitsandbytes' ``quant_map``: the 16 NF4 or FP4 levels)."""
+    NESTED_SCALE = "nested-scale"
+    """Scales of the quantized scales (bitsandbytes' double quantization)."""
+    NESTED_CODEBOOK = "nested-codebook"
+    QUANT_STATE = "quant-state"
+    """The quantizer's own record of how it quantized, stored as bytes (bitsandbytes' JSON)."""
+    FORMAT = "format"
+    """A marker of the stored layout (bitsandbytes' LLM.int8 ``weight_format``)."""
+
+    @property
+    def sized_by_content(self) -> bool:
+        """Whether the part's shape follows what it records, not the parameter (bitsandbytes'
+        JSON quant state is as long as its text): no shape to hold it to."""
+        return self is Role.QUANT_STATE
 
     @property
     def holds_values(self) -> bool:
@@ -52,6 +71,14 @@ class Method(str, enum.Enum):
     MODELOPT = "modelopt"
     AWQ = "awq"
     GPTQ = "gptq"
+    AUTO_ROUND = "auto-round"
+    """Intel AutoRound's own export (``packing_format`` ``auto_round:auto_gptq`` and kin): the
+    GPTQ parts. Its GPTQ- and AWQ-style exports declare ``gptq`` and ``awq``."""
+    BITSANDBYTES = "bitsandbytes"
+    """bitsandbytes through transformers: NF4 / FP4 (``load_in_4bit``) or LLM.int8."""
+    MLX = "mlx"
+    """mlx-lm's conversions: no ``quant_method``; the config's ``quantization`` (``bits``,
+    ``group_size``, ``mode``) declares it."""
     GGUF = "gguf"
     """llama.cpp's GGUF: every tensor's ggml type (``Q8_0``, ``Q4_K``, ...) is in the file's
     header and its records hold their own scales; there is no config to declare it in (the
@@ -70,15 +97,16 @@ class StoredPart:
     methods: tuple[Method, ...]
     """Formats that write it (documentation, and where a suffix is ambiguous, the scope)."""
     needs_packed: bool = False
-    """Only a part where its module also stores a packed weight: AutoAWQ / GPTQ's generic
-    names (``scales``, ``g_idx``) would otherwise take any tensor so named for a part."""
+    """Only a part where its module also stores quantized values (see
+    :func:`mtpcheck.params.quantized_modules`): AutoAWQ / GPTQ / mlx-lm's generic names
+    (``scales``, ``g_idx``, ``biases``) would otherwise take any tensor so named for a part."""
 
 
-_CT, _MO = Method.COMPRESSED_TENSORS, Method.MODELOPT
-_AUTO = (Method.AWQ, Method.GPTQ)
+_CT, _MO, _BNB, _MLX = Method.COMPRESSED_TENSORS, Method.MODELOPT, Method.BITSANDBYTES, Method.MLX
+_AUTO = (Method.AWQ, Method.GPTQ, Method.AUTO_ROUND)
 
 PARTS: tuple[StoredPart, ...] = (
-    StoredPart("weight", Role.WEIGHT, (Method.NONE, Method.FP8, _CT, _MO)),
+    StoredPart("weight", Role.WEIGHT, (Method.NONE, Method.FP8, _CT, _MO, _BNB, _MLX)),
     StoredPart("weight_scale_inv", Role.SCALE, (Method.FP8,)),
     StoredPart("weight_packed", Role.PACKED, (_CT,)),
     StoredPart("weight_scale", Role.SCALE, (_CT, _MO)),
@@ -92,11 +120,22 @@ PARTS: tuple[StoredPart, ...] = (
     StoredPart("input_zero_point", Role.INPUT_ZERO_POINT, (_CT,)),
     StoredPart("qweight", Role.PACKED, _AUTO),
     StoredPart("qzeros", Role.ZERO_POINT, _AUTO, needs_packed=True),
-    StoredPart("scales", Role.SCALE, _AUTO, needs_packed=True),
-    StoredPart("g_idx", Role.G_IDX, (Method.GPTQ,), needs_packed=True),
+    StoredPart("scales", Role.SCALE, (*_AUTO, _MLX), needs_packed=True),
+    StoredPart("g_idx", Role.G_IDX, (Method.GPTQ, Method.AUTO_ROUND), needs_packed=True),
+    StoredPart("biases", Role.OFFSET, (_MLX,), needs_packed=True),
+    StoredPart("weight.absmax", Role.SCALE, (_BNB,)),
+    StoredPart("weight.quant_map", Role.CODEBOOK, (_BNB,)),
+    StoredPart("weight.nested_absmax", Role.NESTED_SCALE, (_BNB,)),
+    StoredPart("weight.nested_quant_map", Role.NESTED_CODEBOOK, (_BNB,)),
+    StoredPart("weight.quant_state.bitsandbytes__nf4", Role.QUANT_STATE, (_BNB,)),
+    StoredPart("weight.quant_state.bitsandbytes__fp4", Role.QUANT_STATE, (_BNB,)),
+    StoredPart("SCB", Role.SCALE, (_BNB,)),
+    StoredPart("weight_format", Role.FORMAT, (_BNB,)),
 )
 
 PART_BY_SUFFIX: Mapping[str, StoredPart] = {p.suffix: p for p in PARTS}
+SUFFIX_COMPONENTS = max(p.suffix.count(".") + 1 for p in PARTS)
+"""The most name components a part's suffix spans."""
 
 LOGICAL_SUFFIX = "weight"
 """The suffix a logical parameter is named by: ``<module>.weight``, whatever is stored."""

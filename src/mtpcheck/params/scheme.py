@@ -77,6 +77,21 @@ def _ints(value: Any) -> tuple[int, ...] | None:
     return None
 
 
+_ALIASES = {"intel/auto-round": Method.AUTO_ROUND}
+"""Other spellings of a ``quant_method`` (AutoRound's older exports)."""
+_VARIANT_KEYS = (
+    "format",
+    "quant_algo",
+    "bnb_4bit_quant_type",
+    "checkpoint_format",
+    "packing_format",
+)
+"""Keys that name a storage variant of a method: compressed-tensors ``format``, modelopt
+``quant_algo``, bitsandbytes NF4 / FP4 (read with ``load_in_4bit`` only: an 8-bit config keeps
+the 4-bit default), GPTQ v1 / v2, AutoRound's packing. AWQ's ``version``
+(GEMM / GEMV) is read for AWQ only: compressed-tensors writes its own release there."""
+
+
 def scheme_of(
     config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None = None
 ) -> Scheme:
@@ -84,53 +99,87 @@ def scheme_of(
     :data:`NONE` when neither declares one. Malformed entries are read as absent: the scheme
     describes a checkpoint, it does not validate its config."""
     found = text_value(config, "quantization_config", lambda v: isinstance(v, Mapping))
+    mlx = config.get("quantization")
+    if isinstance(mlx, Mapping) and (found is None or "quant_method" not in found[1]):
+        return _mlx_scheme(mlx)
     if found is not None:
-        q = found[1]
-        declared = q.get("quant_method")
-        declared = declared if isinstance(declared, str) else ""
-        method = _METHODS.get(declared.lower(), Method.OTHER)
-        formats = _strings(q.get("format")) + _strings(q.get("quant_algo"))
-        groups = q.get("config_groups")
-        groups = (
-            [g for g in groups.values() if isinstance(g, Mapping)]
-            if isinstance(groups, Mapping)
-            else []
-        )
-        if not formats:
-            formats = tuple(sorted({f for g in groups for f in _strings(g.get("format"))}))
-        weights = [g["weights"] for g in groups if isinstance(g.get("weights"), Mapping)]
-        bits = _first_int([w.get("num_bits") for w in weights] + [q.get("bits"), q.get("w_bit")])
-        group = _first_int(
-            [w.get("group_size") for w in weights] + [q.get("group_size"), q.get("q_group_size")]
-        )
-        ignore = (
-            _strings(q.get("ignore"))
-            + _strings(q.get("modules_to_not_convert"))
-            + _strings(q.get("exclude_modules"))
-        )
-        return Scheme(
-            method,
-            declared,
-            formats,
-            _ints(q.get("weight_block_size"))
-            or next((b for w in weights if (b := _ints(w.get("block_structure")))), None),
-            ignore,
-            bits,
-            group,
-        )
+        return _declared(found[1])
     if isinstance(hf_quant_config, Mapping):
-        inner = hf_quant_config.get("quantization")
-        inner = inner if isinstance(inner, Mapping) else {}
-        algo = _strings(inner.get("quant_algo"))
-        return Scheme(
-            Method.MODELOPT,
-            "modelopt",
-            algo,
-            None,
-            _strings(inner.get("exclude_modules")),
-            group_size=_first_int([inner.get("group_size")]),
-        )
+        return _modelopt_scheme(hf_quant_config)
     return NONE
+
+
+def _declared(q: Mapping[str, Any]) -> Scheme:
+    """A ``quantization_config`` with a ``quant_method`` (or without one: OTHER)."""
+    declared = q.get("quant_method")
+    declared = declared if isinstance(declared, str) else ""
+    method = _METHODS.get(declared.lower()) or _ALIASES.get(declared.lower(), Method.OTHER)
+    formats = tuple(
+        f
+        for key in _VARIANT_KEYS
+        if key != "bnb_4bit_quant_type" or q.get("load_in_4bit") is True
+        for f in _strings(q.get(key))
+    )
+    groups = q.get("config_groups")
+    groups = (
+        [g for g in groups.values() if isinstance(g, Mapping)]
+        if isinstance(groups, Mapping)
+        else []
+    )
+    if not formats:
+        formats = tuple(sorted({f for g in groups for f in _strings(g.get("format"))}))
+    if method is Method.AWQ:
+        formats += _strings(q.get("version"))
+    if q.get("load_in_8bit") is True:
+        formats += ("llm.int8",)
+    weights = [g["weights"] for g in groups if isinstance(g.get("weights"), Mapping)]
+    bits = _first_int(
+        [w.get("num_bits") for w in weights] + [q.get("bits"), q.get("w_bit"), _bnb_bits(q)]
+    )
+    group = _first_int(
+        [w.get("group_size") for w in weights] + [q.get("group_size"), q.get("q_group_size")]
+    )
+    ignore = tuple(
+        entry
+        for key in ("ignore", "modules_to_not_convert", "exclude_modules", "llm_int8_skip_modules")
+        for entry in _strings(q.get(key))
+    )
+    block = _ints(q.get("weight_block_size")) or next(
+        (b for w in weights if (b := _ints(w.get("block_structure")))), None
+    )
+    return Scheme(method, declared, formats, block, ignore, bits, group)
+
+
+def _bnb_bits(q: Mapping[str, Any]) -> int | None:
+    """bitsandbytes' element width: 4 (``load_in_4bit``) or 8 (``load_in_8bit``)."""
+    return 4 if q.get("load_in_4bit") is True else 8 if q.get("load_in_8bit") is True else None
+
+
+def _modelopt_scheme(hf_quant_config: Mapping[str, Any]) -> Scheme:
+    """NVIDIA modelopt's ``hf_quant_config.json``."""
+    inner = hf_quant_config.get("quantization")
+    inner = inner if isinstance(inner, Mapping) else {}
+    return Scheme(
+        Method.MODELOPT,
+        "modelopt",
+        _strings(inner.get("quant_algo")),
+        None,
+        _strings(inner.get("exclude_modules")),
+        group_size=_first_int([inner.get("group_size")]),
+    )
+
+
+def _mlx_scheme(q: Mapping[str, Any]) -> Scheme:
+    """mlx-lm's top-level ``quantization``: ``bits``, ``group_size`` and ``mode`` (affine
+    when absent); per-module entries (dicts keyed by module path) override them."""
+    mode = q.get("mode")
+    return Scheme(
+        Method.MLX,
+        "mlx",
+        (mode if isinstance(mode, str) else "affine",),
+        weight_bits=_first_int([q.get("bits")]),
+        group_size=_first_int([q.get("group_size")]),
+    )
 
 
 def declared_scheme(ckpt: Checkpoint) -> Scheme:

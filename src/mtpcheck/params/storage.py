@@ -1,4 +1,4 @@
-"""How a logical parameter is stored: full precision, FP8, INT8, packed INTn, NVFP4 (pure)."""
+"""How a logical parameter is stored, in words: BF16, FP8, INT8, INT4, NF4, NVFP4 (pure)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mtpcheck.dtypes import DTYPES, Kind, is_fp8, is_high_precision
 from mtpcheck.model import TensorMeta
+from mtpcheck.params.encodings import Encoding, encoding_of, label_of
 from mtpcheck.params.grouping import LogicalParam
 from mtpcheck.params.parts import Role
 from mtpcheck.params.scheme import Scheme
@@ -18,7 +18,8 @@ class Storage:
     """The storage of one parameter, in words a person compares across layers."""
 
     label: str
-    """``BF16``, ``FP8``, ``INT8``, ``INT4`` (packed), ``NVFP4``, ``MXFP4``, ``packed``."""
+    """``BF16``, ``FP8``, ``INT8``, ``INT4`` (packed), ``NF4``, ``FP4``, ``NVFP4``, ``MXFP4``,
+    ``packed``."""
     quantized: bool
     parts: tuple[tuple[str, str, tuple[int, ...]], ...]
     """(suffix, dtype, shape) of each stored part."""
@@ -40,32 +41,12 @@ def storage_of(param: LogicalParam, tensors: Mapping[str, TensorMeta], scheme: S
         for _, n in param.parts
         if (meta := tensors.get(n)) is not None
     )
-    packed = param.part(Role.PACKED)
+    encoding = encoding_of(param, tensors, scheme)
     values = param.values
-    meta = tensors.get(values) if values is not None else None
-    if meta is None:
+    if encoding is None or values is None:
         return Storage("absent", False, parts)
-    dtype = meta.dtype
-    fp4 = param.part(Role.GLOBAL_SCALE) is not None
-    if packed is None and is_high_precision(dtype):
-        return Storage(dtype, False, parts)
-    if is_fp8(dtype):
-        return Storage("FP8", True, parts)
-    if dtype == "U8" and (fp4 or _scale_is_fp8(param, tensors)):
-        return Storage("NVFP4" if fp4 else "MXFP4", True, parts)
-    if packed is None:
-        known = DTYPES.get(dtype)
-        if known is not None and known.kind in (Kind.INT, Kind.UINT) and known.bits == 8:
-            return Storage("INT8", True, parts)
-        return Storage(dtype, True, parts)
-    bits = scheme.weight_bits
-    return Storage(f"INT{bits}" if bits else "packed", True, parts)
-
-
-def _scale_is_fp8(param: LogicalParam, tensors: Mapping[str, TensorMeta]) -> bool:
-    scale = param.part(Role.SCALE)
-    meta = tensors.get(scale) if scale is not None else None
-    return meta is not None and (is_fp8(meta.dtype) or meta.dtype == "F8_E8M0")
+    label = label_of(encoding, param, tensors[values].dtype, scheme)
+    return Storage(label, encoding is not Encoding.FULL, parts)
 
 
 def is_matrix(param: LogicalParam, tensors: Mapping[str, TensorMeta]) -> bool:
