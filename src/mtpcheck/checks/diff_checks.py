@@ -9,6 +9,7 @@ from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
 from mtpcheck.checks.main_model_checks import sides_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
+from mtpcheck.checks.stale_drafter import stale_drafter
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError
 from mtpcheck.families import MtpAnalysis, analyse, summarise
@@ -300,6 +301,9 @@ def diff_report(
     )
     scope = _scope(sides, analyses, all_tensors)
     tensors, comparisons = _tensor_check(sides, scope, compare, dequantize, all_tensors)
+    if sides.crossing is None:
+        stale = stale_drafter(a, b, analyses[0], comparisons, compare)
+        tensors = replace(tensors, findings=(*tensors.findings, stale)) if stale else tensors
     checks = (
         integrity_check([("A", a), ("B", b)]),
         sides_check([("A", a, analyses[0]), ("B", b, analyses[1])]),
