@@ -2,7 +2,8 @@
 
 cli -> pipeline -> (checks, convert) -> mapping -> (families, formats); families -> params
 (logical parameters); mapping, checks, pipeline and cli -> layouts (whose modules saved a
-Megatron checkpoint); all -> model, errors, dtypes, chunks;
+Megatron checkpoint); checks -> writers (tools known to drop the MTP layer); all -> model,
+errors, dtypes, chunks;
 cli -> accept -> (families, formats); accept and convert -> torch_threads (torch's CPU threads);
 report sees only the model. Heavy third-party imports are confined to the layers listed.
 """
@@ -25,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
     "layouts": set(),
+    "writers": set(),
     "torch_threads": {"errors"},
     "extras": {"errors"},
     "ticker": {"units"},
@@ -32,7 +34,17 @@ ALLOWED: dict[str, set[str]] = {
     "params": {"model", "dtypes"},
     "families": {"model", "errors", "dtypes", "params"},
     "mapping": {"layouts", "model", "errors", "dtypes", "chunks", "families", "params"},
-    "checks": {"layouts", "model", "errors", "dtypes", "chunks", "families", "mapping", "params"},
+    "checks": {
+        "layouts",
+        "writers",
+        "model",
+        "errors",
+        "dtypes",
+        "chunks",
+        "families",
+        "mapping",
+        "params",
+    },
     "convert": {
         "model",
         "errors",

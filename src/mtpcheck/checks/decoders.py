@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,8 +26,38 @@ from mtpcheck.params.encodings import Encoding
 ROWS = 256
 """Rows dequantized at a time."""
 
-Chunk = tuple[slice, np.ndarray, np.ndarray]
-"""Rows of the matrix, their dequantized values and the grid step at each value."""
+
+class Chunk(NamedTuple):
+    """Rows of the matrix dequantized, with what measuring them against the original needs."""
+
+    rows: slice
+    values: np.ndarray
+    steps: np.ndarray
+    """The grid step at each value."""
+    slack: np.ndarray | float = 0.0
+    """Error the rounding of the stored scale, offset and result explains, for a quantizer that
+    computes in their low-precision type (mlx-lm's affine layout in BF16): not counted."""
+    outward: np.ndarray | None = None
+    """+1 / -1 where a value is the last point of its grid upward / downward (a float grid's
+    largest level), 0 elsewhere: an original beyond it was clipped, and is measured from it."""
+
+
+def float_outward(levels: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """:attr:`Chunk.outward` of values ``levels * scale`` on a symmetric float grid."""
+    top = np.abs(levels).max(initial=0.0)
+    edge: np.ndarray = np.where(np.abs(levels) == top, np.sign(levels) * np.sign(scale), 0.0)
+    return edge
+
+
+def half_ulp(values: np.ndarray, code: str) -> np.ndarray:
+    """Half a unit in the last place of each value in float type ``code`` (the most rounding
+    to that type moves it)."""
+    layout = DTYPES[code].layout
+    assert layout is not None
+    exponent = np.floor(np.log2(np.maximum(np.abs(values), np.finfo(np.float64).tiny)))
+    exponent = np.maximum(exponent, layout.min_exponent)
+    half: np.ndarray = np.exp2(exponent - layout.mantissa_bits - 1)
+    return half
 
 
 class NotDequantized(Exception):
@@ -136,6 +167,14 @@ def level_steps(levels: np.ndarray) -> np.ndarray:
     return steps
 
 
+def _fp8_outward(levels: np.ndarray, code: str, scale: np.ndarray) -> np.ndarray:
+    """:attr:`Chunk.outward` on an FP8 grid: its largest finite value, either sign."""
+    finite = np.array(code_values(code))
+    top = np.abs(finite[np.isfinite(finite)]).max()
+    edge: np.ndarray = np.where(np.abs(levels) == top, np.sign(levels) * np.sign(scale), 0.0)
+    return edge
+
+
 def fp8_steps(codes: np.ndarray, code: str) -> np.ndarray:
     """The grid spacing of an FP8 format at each stored code."""
     layout = DTYPES[code].layout
@@ -167,7 +206,10 @@ def _fp8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     for rows in blocks(shape[0]):
         s = expand(scale, rows, shape, q.scheme.block_size)
         codes = stored[rows]
-        yield rows, as_float(codes, code) * s, fp8_steps(codes, code) * s
+        levels = as_float(codes, code)
+        assert levels is not None  # an FP8 type: the registry decodes it
+        steps = fp8_steps(codes, code) * s
+        yield Chunk(rows, levels * s, steps, outward=_fp8_outward(levels, code, s))
 
 
 def _scale(q: Stored) -> np.ndarray:
@@ -202,7 +244,7 @@ def _int8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         ints = stored[rows].view(np.int8).astype(np.int64)
         if zero is not None:
             ints = ints - expand(zero, rows, shape, q.scheme.block_size)
-        yield rows, ints * s, np.abs(s)
+        yield Chunk(rows, ints * s, np.abs(s))
 
 
 def _ct_packed(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -216,7 +258,7 @@ def _ct_packed(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         ints = unpack_bits(stored[rows], bits, shape[1]) - (1 << (bits - 1))
         if zero is not None:
             ints = ints - expand(zero, rows, shape, q.scheme.block_size)
-        yield rows, ints * s, np.abs(s)
+        yield Chunk(rows, ints * s, np.abs(s))
 
 
 def _fp4_pairs(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -226,7 +268,8 @@ def _fp4_pairs(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     for rows in blocks(shape[0]):
         s = expand(scale, rows, shape)
         codes = unpack_bits(stored[rows], 4, shape[1])
-        yield rows, _FP4[codes] * s, _FP4_STEPS[codes] * s
+        levels = _FP4[codes]
+        yield Chunk(rows, levels * s, _FP4_STEPS[codes] * s, outward=float_outward(levels, s))
 
 
 def _llm_int8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -238,7 +281,7 @@ def _llm_int8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         raise Malformed(f"{q.need(Role.SCALE)}: {scale.shape[0]} row scales, {shape[0]} rows")
     for rows in blocks(shape[0]):
         s = np.broadcast_to(scale[rows, None], (rows.stop - rows.start, shape[1]))
-        yield rows, stored[rows].view(np.int8).astype(np.int64) * s, np.abs(s)
+        yield Chunk(rows, stored[rows].view(np.int8).astype(np.int64) * s, np.abs(s))
 
 
 Decoder = Callable[[Stored, tuple[int, int]], Iterator[Chunk]]

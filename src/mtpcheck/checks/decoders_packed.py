@@ -1,5 +1,5 @@
-"""Decoders of the layouts that pack several integers into a word or look codes up in a
-stored table: bitsandbytes NF4 / FP4, GPTQ, AWQ and mlx-lm (see
+"""Decoders of the layouts that pack several codes into a word or look codes up in a stored
+table: bitsandbytes NF4 / FP4, GPTQ, AWQ and mlx-lm (see
 :class:`~mtpcheck.params.encodings.Encoding` for each layout)."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from mtpcheck.checks.decoders import (
     Stored,
     blocks,
     expand,
+    float_outward,
+    half_ulp,
     laid_out_otherwise,
     level_steps,
     unpack_bits,
@@ -26,15 +28,17 @@ from mtpcheck.dtypes import code_values
 from mtpcheck.mapping.views import load_array
 from mtpcheck.params import Method, Role
 
-_FP4 = np.array(code_values("F4"))
-_FP4_STEPS = level_steps(_FP4)
 _AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AutoAWQ's order within a 32-bit word of eight 4-bit values: position ``j`` holds column
 ``_AWQ_ORDER[j]`` of the word's eight."""
-_MLX_FP4_SCALES = {"nvfp4": "F8_E4M3", "mxfp4": "F8_E8M0"}
-"""The float type of mlx-lm's FP4 group scales (stored as U8), by mode."""
-_MLX_FP4_GROUPS = {16: "nvfp4", 32: "mxfp4"}
-"""mlx-lm's FP4 mode by group size, where the config does not name it."""
+_MLX_FLOAT_MODES = {
+    "nvfp4": ("F4", "F8_E4M3", 4),
+    "mxfp4": ("F4", "F8_E8M0", 4),
+    "mxfp8": ("F8_E4M3", "F8_E8M0", 8),
+}
+"""mlx-lm's float modes: (element type, scale type (stored as U8), element bits)."""
+_MLX_FLOAT_GUESS = {(4, 16): "nvfp4", (4, 32): "mxfp4", (8, 32): "mxfp8"}
+"""The mode by element bits and group size, where the config does not name it."""
 
 
 def quant_state(q: Stored) -> Mapping[str, Any]:
@@ -90,7 +94,13 @@ def bnb_4bit(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         codes = codes[first % 2 : first % 2 + last - first]
         scale = absmax[np.arange(first, last) // blocksize]
         size = (rows.stop - rows.start, cols)
-        yield rows, (table[codes] * scale).reshape(size), (steps[codes] * scale).reshape(size)
+        levels = table[codes]
+        yield Chunk(
+            rows,
+            (levels * scale).reshape(size),
+            (steps[codes] * scale).reshape(size),
+            outward=float_outward(levels, scale).reshape(size),
+        )
 
 
 def _groups(q: Stored, cols: int, count: int) -> np.ndarray:
@@ -128,7 +138,7 @@ def gptq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     for rows in blocks(out):
         ints = unpack_bits(np.ascontiguousarray(words[:, rows].T), bits, cols)
         s = scales[group][:, rows].T
-        yield rows, (ints - zeros[group][:, rows].T) * s, np.abs(s)
+        yield Chunk(rows, (ints - zeros[group][:, rows].T) * s, np.abs(s))
 
 
 def _packed_zeros(
@@ -168,7 +178,7 @@ def awq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     ints = unpack_bits(words, bits, out)[:, order]
     for rows in blocks(out):
         s = scales[group][:, rows].T
-        yield rows, (ints[:, rows].T - zeros[group][:, rows].T) * s, np.abs(s)
+        yield Chunk(rows, (ints[:, rows].T - zeros[group][:, rows].T) * s, np.abs(s))
 
 
 def mlx_affine(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -179,32 +189,48 @@ def mlx_affine(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         raise laid_out_otherwise(q.values, words, shape)
     bits = words.shape[1] * 32 // cols
     scales, biases = q.floats(Role.SCALE), q.floats(Role.OFFSET)
+    rounded_to = q.dtype(Role.SCALE)
     for rows in blocks(out):
         s, b = expand(scales, rows, shape), expand(biases, rows, shape)
-        yield rows, unpack_bits(words[rows], bits, cols) * s + b, np.abs(s)
+        ints = unpack_bits(words[rows], bits, cols)
+        values = ints * s + b
+        slack = (
+            ints * half_ulp(s, rounded_to) + half_ulp(b, rounded_to) + half_ulp(values, rounded_to)
+        )
+        yield Chunk(rows, values, np.abs(s), slack=slack)
 
 
-def mlx_fp4(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
-    """mlx-lm ``nvfp4`` / ``mxfp4``: E2M1 codes eight to a word times a U8-stored scale."""
+def mlx_float(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
+    """mlx-lm ``nvfp4`` / ``mxfp4`` / ``mxfp8``: float codes packed into U32 words, lowest
+    bits first, times a float scale per group stored as U8."""
     out, cols = shape
     words = q.raw(Role.WEIGHT)
-    if words.ndim != 2 or words.shape[0] != out or words.shape[1] * 8 != cols:
+    if words.ndim != 2 or words.shape[0] != out or (words.shape[1] * 32) % cols:
         raise laid_out_otherwise(q.values, words, shape)
-    codes_of_scales = q.raw(Role.SCALE)
-    mode = _mlx_mode(q, cols // max(1, codes_of_scales.shape[-1]))
-    scales = np.array(code_values(_MLX_FP4_SCALES[mode]))[codes_of_scales.astype(np.int64)]
+    bits = words.shape[1] * 32 // cols
+    scale_codes = q.raw(Role.SCALE)
+    element, scale_type = _mlx_float_types(q, bits, cols // max(1, scale_codes.shape[-1]))
+    levels = np.array(code_values(element))
+    steps = level_steps(levels)
+    scales = np.array(code_values(scale_type))[scale_codes.astype(np.int64)]
     for rows in blocks(out):
         s = expand(scales, rows, shape)
-        codes = unpack_bits(words[rows], 4, cols)
-        yield rows, _FP4[codes] * s, _FP4_STEPS[codes] * s
+        codes = unpack_bits(words[rows], bits, cols)
+        found = levels[codes]
+        yield Chunk(rows, found * s, steps[codes] * s, outward=float_outward(found, s))
 
 
-def _mlx_mode(q: Stored, group: int) -> str:
-    declared = next((f for f in q.scheme.formats if f in _MLX_FP4_SCALES), None)
-    mode = declared or _MLX_FP4_GROUPS.get(group)
+def _mlx_float_types(q: Stored, bits: int, group: int) -> tuple[str, str]:
+    """The element and scale float types of an mlx-lm float mode: the config's ``mode``, else
+    the element width and group size."""
+    declared = next((f for f in q.scheme.formats if f in _MLX_FLOAT_MODES), None)
+    mode = declared or _MLX_FLOAT_GUESS.get((bits, group))
     if mode is None:
-        raise NotDequantized(f"{q.values}: an FP4 mode with groups of {group} is not known")
-    return mode
+        raise NotDequantized(f"{q.values}: no float mode of {bits}-bit codes in groups of {group}")
+    element, scale_type, width = _MLX_FLOAT_MODES[mode]
+    if width != bits:
+        raise Malformed(f"{q.values}: {bits}-bit codes stored, {mode} has {width}")
+    return element, scale_type
 
 
-__all__ = ["awq", "bnb_4bit", "gptq", "mlx_affine", "mlx_fp4"]
+__all__ = ["awq", "bnb_4bit", "gptq", "mlx_affine", "mlx_float"]

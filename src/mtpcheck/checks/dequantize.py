@@ -36,7 +36,7 @@ _DECODERS: dict[Encoding, Decoder] = {
     Encoding.GPTQ: packed.gptq,
     Encoding.AWQ: packed.awq,
     Encoding.MLX_AFFINE: packed.mlx_affine,
-    Encoding.MLX_FP4: packed.mlx_fp4,
+    Encoding.MLX_FLOAT: packed.mlx_float,
 }
 """Every layout ``--dequantize`` reads, and its decoder."""
 
@@ -44,12 +44,18 @@ __all__ = ["Malformed", "NotDequantized", "full_precision", "steps_off"]
 
 
 def _steps_against(reference: np.ndarray, chunks: Iterator[Chunk]) -> float:
+    """The largest distance, in steps, of a dequantized value from its original, past the
+    rounding the layout's own stored parameters explain and past the end of its grid."""
     worst = 0.0
-    for rows, values, step in chunks:
+    for chunk in chunks:
+        original = reference[chunk.rows]
+        excess = np.abs(chunk.values - original) - chunk.slack
+        if chunk.outward is not None:  # clipped at the grid's last point: measured from it
+            excess = np.where(chunk.outward * (original - chunk.values) > 0, 0.0, excess)
         with np.errstate(divide="ignore", invalid="ignore"):
-            err = np.abs(values - reference[rows]) / np.abs(step)  # a negative scale too
+            err = np.maximum(excess, 0.0) / np.abs(chunk.steps)  # a negative scale too
         err = np.where(np.isnan(err), np.inf, err)
-        err = np.where((values == reference[rows]), 0.0, err)
+        err = np.where((chunk.values == original), 0.0, err)
         worst = max(worst, float(err.max(initial=0.0)))
     return worst
 

@@ -9,6 +9,7 @@ from mtpcheck.checks.config_diff import config_check
 from mtpcheck.checks.findings import comparison_finding, describe, integrity_check
 from mtpcheck.checks.main_model_checks import sides_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
+from mtpcheck.checks.stacked_experts import has_stacked, unstacked
 from mtpcheck.checks.stale_drafter import stale_drafter
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError
@@ -293,6 +294,8 @@ def diff_report(
     ``compare`` compares ``(a_name, b_name)`` pairs in order (the tensor matcher, or its
     sharded form under torchrun: ``mtpcheck.pipeline.distributed``).
     """
+    if has_stacked(a.tensors) != has_stacked(b.tensors):  # mlx-lm's experts against HF's
+        a, b = unstacked(a), unstacked(b)
     sides = align_formats(a, b, layout)
     a, b = sides.a, sides.b
     analyses = (

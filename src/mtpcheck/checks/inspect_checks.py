@@ -21,12 +21,14 @@ from mtpcheck.model import (
     Finding,
     HeadersOnly,
     MtpLayerReport,
+    RecordsWriter,
     Report,
     Status,
     TensorStatus,
 )
 from mtpcheck.model.checkpoint import DraftsBeside
 from mtpcheck.params import declared_scheme
+from mtpcheck.writers import writer_of
 
 
 def family_check(analysis: MtpAnalysis) -> CheckResult:
@@ -259,6 +261,22 @@ def _with_draft_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis
     return replace(check, findings=(*check.findings, Finding("draft", Status.INFO, message)))
 
 
+def _with_writer_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
+    """An MTP layer declared and absent in the output of a tool known to drop it: the tool's
+    behaviour, named."""
+    written = ckpt.written_as if isinstance(ckpt, RecordsWriter) else frozenset()
+    writer = writer_of(written)
+    if writer is None or not analysis.declared.value or analysis.mtp_names:
+        return check
+    note = Finding(
+        "writer",
+        Status.INFO,
+        f"written by {writer.name} (safetensors metadata format {writer.metadata_format!r}), "
+        f"which {writer.mtp}",
+    )
+    return replace(check, findings=(*check.findings, note))
+
+
 def inspect_report(ckpt: Checkpoint) -> Report:
     """Build the inspect report of one checkpoint."""
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
@@ -267,7 +285,7 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         integrity_check([("", ckpt)]),
         family_check(analysis),
         main_model_check(ckpt, analysis),
-        _with_draft_note(count_check(analysis), ckpt, analysis),
+        _with_writer_note(_with_draft_note(count_check(analysis), ckpt, analysis), ckpt, analysis),
         layers_check(analysis),
         shapes_check(analysis, ckpt.tensors, ckpt.config),
         copies_check(ckpt, analysis),

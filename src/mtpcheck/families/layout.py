@@ -77,9 +77,10 @@ class MtpAnalysis:
         return sum(1 for layer in self.layers if layer.complete and layer.present)
 
     def scope(self, tensors: Mapping[str, TensorMeta]) -> frozenset[str]:
-        """MTP tensors plus the main embedding and head they share, as present."""
+        """MTP tensors plus the main embedding and head they share, as present (with their
+        side parts where they are stored quantized)."""
         shared = self.family.layout.main_shared if self.family else _DEFAULT_SHARED
-        return self.mtp_names | {n for n in shared if n in tensors}
+        return self.mtp_names | {f for n in shared for f in stored_forms(n) if f in tensors}
 
 
 _DEFAULT_SHARED = ("model.embed_tokens.weight", "lm_head.weight")

@@ -46,6 +46,8 @@ class HfCheckpoint(CheckpointData):
     naming: Naming = Naming.HF
     quant_config: Mapping[str, Any] | None = None
     """``hf_quant_config.json`` (NVIDIA modelopt's exports), where present."""
+    written_as: frozenset[str] = frozenset()
+    """The ``format`` each shard's ``__metadata__`` records (``pt``, ``mlx``)."""
 
     def read_chunks(self, name: str, chunk_bytes: int) -> Iterator[bytes]:
         """The tensor's bytes, read from its shard."""
@@ -93,10 +95,10 @@ class HfSafetensorsReader:
         quant_config = read_config(quant_file) if quant_file.exists() else None
         with _gc_paused():
             if index_file is not None:
-                tensors, issues = _open_indexed(root, index_file)
+                tensors, issues, headers = _open_indexed(root, index_file)
             else:
                 shards = [single] if single else sorted(root.glob("*.safetensors"))
-                tensors, issues = _open_unindexed(shards)
+                tensors, issues, headers = _open_unindexed(shards)
         return HfCheckpoint(
             path=str(path),
             config=config,
@@ -105,6 +107,7 @@ class HfSafetensorsReader:
             issues=tuple(issues),
             cross_checked=cross_checked(index_file is not None, len(files_of(tensors))),
             quant_config=quant_config,
+            written_as=written_as(headers),
         )
 
 
@@ -237,9 +240,14 @@ def _weight_map_of(index_file: Path, text: str) -> dict[str, str]:
     return weight_map
 
 
+def written_as(headers: Iterable[ShardHeader]) -> frozenset[str]:
+    """The ``format`` values the shards' ``__metadata__`` record."""
+    return frozenset(h.metadata["format"] for h in headers if "format" in h.metadata)
+
+
 def _open_indexed(
     root: Path, index_file: Path
-) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
+) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue], list[ShardHeader]]:
     weight_map = read_index(index_file)
     issues: list[IntegrityIssue] = []
     headers: dict[str, ShardHeader] = {}
@@ -268,7 +276,7 @@ def _open_indexed(
         for extra in sorted(root.glob("*.safetensors"))
         if extra.name not in named
     )
-    return tensors, issues
+    return tensors, issues, list(headers.values())
 
 
 def indexed_tensors(
@@ -344,10 +352,10 @@ def _reconcile(
 
 def _open_unindexed(
     shards: list[Path],
-) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
+) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue], list[ShardHeader]]:
     headers = [read_header(str(p)) for p in shards]
     tensors, issues = unindexed_tensors(headers)
-    return tensors, [*truncation_issues(headers), *issues]
+    return tensors, [*truncation_issues(headers), *issues], headers
 
 
 def unindexed_tensors(

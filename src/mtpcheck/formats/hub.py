@@ -32,6 +32,7 @@ from mtpcheck.formats.hf_safetensors import (
     read_index,
     truncation_issues,
     unindexed_tensors,
+    written_as,
 )
 from mtpcheck.formats.hub_ref import HubRef
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
@@ -82,6 +83,8 @@ class HubCheckpoint(CheckpointData):
     files: Mapping[str, RemoteFile]
     client: _Client = field(repr=False, compare=False)
     fetch_bytes: bool = False
+    written_as: frozenset[str] = frozenset()
+    """The ``format`` each shard's ``__metadata__`` records (``pt``, ``mlx``)."""
     cross_checked: str = "headers"
     format: str = "hf-hub"
     naming: Naming = Naming.HF
@@ -337,6 +340,7 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
         files=files,
         client=client,
         fetch_bytes=fetch_bytes,
+        written_as=written_as(headers.values()),
     )
 
 

@@ -29,6 +29,7 @@ from mtpcheck.model.checkpoint import (
     Naming,
     Prefetches,
     ReadsSlices,
+    RecordsWriter,
 )
 from mtpcheck.model.checkpoint_data import CheckpointData, ViewData
 from mtpcheck.model.results import (
@@ -60,6 +61,7 @@ __all__ = [
     "CheckpointData",
     "CheckpointSummary",
     "DeclaresQuantization",
+    "RecordsWriter",
     "DepthAcceptance",
     "EngineAcceptance",
     "EngineDelta",

@@ -125,6 +125,17 @@ class Prefetches(Protocol):
 
 
 @runtime_checkable
+class RecordsWriter(Protocol):
+    """A checkpoint whose files record the format their writer gave them (the ``format`` of a
+    safetensors header's ``__metadata__``: ``pt`` from transformers, ``mlx`` from mlx-lm)."""
+
+    @property
+    def written_as(self) -> frozenset[str]:
+        """The formats its files record; empty when none does."""
+        ...
+
+
+@runtime_checkable
 class DeclaresQuantization(Protocol):
     """A checkpoint with a quantization description beside its config (NVIDIA modelopt's
     ``hf_quant_config.json``); None when the checkpoint has none."""

@@ -10,12 +10,20 @@ from mtpcheck.params.grouping import (
     quantized_modules,
     stored_forms,
 )
-from mtpcheck.params.parts import FUSED_EXPERTS, PARTS, Method, Role, StoredPart
+from mtpcheck.params.parts import (
+    FUSED_EXPERTS,
+    PARTS,
+    STACKED_EXPERTS,
+    Method,
+    Role,
+    StoredPart,
+)
 from mtpcheck.params.scheme import Scheme, declared_scheme, scheme_of
 
 __all__ = [
     "FUSED_EXPERTS",
     "PARTS",
+    "STACKED_EXPERTS",
     "LogicalParam",
     "Method",
     "Role",

@@ -50,9 +50,10 @@ class Encoding(str, enum.Enum):
     MLX_AFFINE = "mlx-affine"
     """mlx-lm affine: ``weight`` U32 [out, in * bits / 32] packed along each row,
     value = ``scales`` * q + ``biases``, one scale and bias per group of input columns."""
-    MLX_FP4 = "mlx-fp4"
-    """mlx-lm ``nvfp4`` / ``mxfp4``: E2M1 codes, eight to a U32 word (low nibble first), times
-    an E4M3 scale per 16 (nvfp4) or an E8M0 scale per 32 (mxfp4) stored as U8."""
+    MLX_FLOAT = "mlx-float"
+    """mlx-lm ``nvfp4`` / ``mxfp4`` / ``mxfp8``: float codes packed into U32 words, lowest bits
+    first (E2M1 eight to a word, E4M3 four), times a scale stored as U8: E4M3 per 16 (nvfp4)
+    or E8M0 per 32 (mxfp4, mxfp8)."""
     OTHER = "other"
     """Stored in a way mtpcheck does not decode (labelled by its dtype)."""
 
@@ -90,7 +91,7 @@ def encoding_of(
     if is_fp8(dtype):
         return Encoding.FP8
     if dtype == "U32" and scale is not None:
-        return Encoding.MLX_AFFINE if param.part(Role.OFFSET) else Encoding.MLX_FP4
+        return Encoding.MLX_AFFINE if param.part(Role.OFFSET) else Encoding.MLX_FLOAT
     known = DTYPES.get(dtype)
     if known is not None and known.kind in (Kind.INT, Kind.UINT) and known.bits == 8:
         return Encoding.LLM_INT8 if _has(param, "SCB") else Encoding.INT8
@@ -127,8 +128,8 @@ def label_of(encoding: Encoding, param: LogicalParam, dtype: str, scheme: Scheme
         state = param.part(Role.QUANT_STATE) or ""
         quant_type = state.rpartition("__")[2] if "__" in state else _bnb_type(scheme)
         return quant_type.upper()
-    if encoding is Encoding.MLX_FP4:
-        mode = scheme.formats[0] if scheme.method is Method.MLX and scheme.formats else "fp4"
+    if encoding is Encoding.MLX_FLOAT:
+        mode = scheme.formats[0] if scheme.method is Method.MLX and scheme.formats else "float"
         return mode.upper()
     fixed = _FIXED_LABELS.get(encoding)
     if fixed is not None:

@@ -148,3 +148,9 @@ FUSED_EXPERTS: Mapping[str, tuple[str, ...]] = {
 """Routed experts stored fused, one ``[experts, rows, columns]`` tensor per kind (how
 transformers 5 and Qwen's BF16 releases store them), and the per-expert projections whose
 rows each holds, in order (``mlp.experts.{e}.gate_proj.weight`` then ``up_proj``)."""
+
+
+STACKED_EXPERTS: Mapping[str, str] = {".mlp.switch_mlp.": ".mlp.experts.{e}."}
+"""Routed experts stacked one tensor per projection and part, ``[experts, *per-expert shape]``
+(mlx-lm's ``SwitchGLU``: ``mlp.switch_mlp.gate_proj.weight`` and its ``scales``), and the
+per-expert prefix each slice ``e`` is stored under in an HF checkpoint."""

@@ -1,0 +1,53 @@
+"""A checkpoint whose routed experts are stacked (mlx-lm's ``switch_mlp``) shown with one
+tensor per expert, as the HF checkpoint it was converted from stores them, for ``diff``.
+
+Slice ``e`` of a stacked ``[experts, ...]`` tensor is a contiguous byte range of it, so each
+per-expert tensor is the same file at a later offset: every reader of the checkpoint, the
+tensor matcher's and the dequantizer's, reads it unchanged (no copy, no numpy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from mtpcheck.model import Checkpoint, Naming, TensorMeta
+from mtpcheck.params import STACKED_EXPERTS
+
+
+def _stacked(name: str) -> tuple[str, str] | None:
+    """(stacked infix, per-expert infix) where ``name`` is a stacked expert tensor."""
+    return next(((s, e) for s, e in STACKED_EXPERTS.items() if s in name), None)
+
+
+def has_stacked(tensors: Mapping[str, TensorMeta]) -> bool:
+    """Whether any tensor is a stacked expert tensor."""
+    return any(_stacked(n) for n in tensors)
+
+
+def _slices(meta: TensorMeta, stacked: str, per_expert: str) -> dict[str, TensorMeta]:
+    count = meta.shape[0] if meta.shape else 0
+    if count == 0 or meta.nbytes % count:
+        return {meta.name: meta}
+    size = meta.nbytes // count
+    found = {}
+    for e in range(count):
+        name = meta.name.replace(stacked, per_expert.format(e=e), 1)
+        found[name] = dataclasses.replace(
+            meta, name=name, shape=meta.shape[1:], offset=meta.offset + e * size, nbytes=size
+        )
+    return found
+
+
+def unstacked(ckpt: Checkpoint) -> Checkpoint:
+    """``ckpt`` with each stacked expert tensor shown as one tensor per expert; ``ckpt`` itself
+    where it has none, or is not an HF checkpoint whose tensors are plain records."""
+    if ckpt.naming is not Naming.HF or not dataclasses.is_dataclass(ckpt):
+        return ckpt
+    if not has_stacked(ckpt.tensors):
+        return ckpt
+    tensors: dict[str, TensorMeta] = {}
+    for name, meta in ckpt.tensors.items():
+        found = _stacked(name)
+        tensors.update(_slices(meta, *found) if found else {name: meta})
+    return dataclasses.replace(ckpt, tensors=tensors)
