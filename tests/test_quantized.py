@@ -103,7 +103,8 @@ def test_diff_reports_quantized_tensors_as_quantized_and_dequantizes_them(
 
 
 def test_steps_are_shown_with_three_decimals(run_cli) -> None:
-    # 0.520 steps once read "within 0.52 steps" beside "within 0.521 steps"
+    # 0.520 steps once read "within 0.52 steps" beside "within 0.521 steps" (measured from the
+    # last point of the grid where W4A16 clips, those figures are now 0.510 and 0.515)
     case = "llmc-mfptq-deepseek_v3-w4a16-quantized"
     run = run_cli("diff", _source(case), CORPUS / case, "--all", "--dequantize", "--format", "json")
     assert run.exit_code == 0, run
@@ -111,7 +112,7 @@ def test_steps_are_shown_with_three_decimals(run_cli) -> None:
     shown = [m.split("within ")[1].split(" steps")[0] for m in messages if " steps of A" in m]
     assert len(shown) > 10
     assert all(len(s.split(".")[1]) == 3 for s in shown), shown
-    assert "0.520" in shown  # the figure that lost its zero
+    assert "0.510" in shown  # a figure that would lose its zero
 
 
 def test_experts_unpacked_and_quantized_are_one_quantized_tensor(run_cli) -> None:

@@ -72,9 +72,20 @@ def test_ieee_widenings(run_cli, tmp_path: Path, narrow: str, wide: str) -> None
     assert tensor["values_differing"] == 0
 
 
-def test_types_without_an_exact_widening_say_nothing(run_cli, tmp_path: Path) -> None:
-    """BF16 and F16 hold different values: no verdict on values is given, only the change."""
+def test_types_without_an_exact_widening_compare_values(run_cli, tmp_path: Path) -> None:
+    """BF16 and F16 hold different values: each side is decoded and the values compared; -1e-3
+    and 65504 (as BF16 cut them) are not the F16 ones."""
     tensor = _diff(
         run_cli, tmp_path, ("BF16", _bf16(VALUES)), ("F16", VALUES.astype(np.float16).tobytes())
     )
-    assert tensor["values_differing"] is None
+    assert tensor["values_differing"] == 2
+
+
+def test_values_both_types_hold_are_kept_across_them(run_cli, tmp_path: Path) -> None:
+    """AutoRound's GPTQ export writes GLM's BF16 attention biases as F16: where every value
+    is one both types hold, nothing is lost (a warning, not a failure)."""
+    kept = np.array([1.0, -0.0, 3.140625, np.inf, 0.5, -2.0], dtype=np.float32)
+    tensor = _diff(
+        run_cli, tmp_path, ("BF16", _bf16(kept)), ("F16", kept.astype(np.float16).tobytes())
+    )
+    assert tensor["values_differing"] == 0

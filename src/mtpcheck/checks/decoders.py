@@ -49,6 +49,15 @@ def float_outward(levels: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return edge
 
 
+def int_outward(codes: np.ndarray, bits: int, scale: np.ndarray) -> np.ndarray:
+    """:attr:`Chunk.outward` of an integer grid whose codes run from 0 to ``2**bits - 1``
+    (before any offset or zero point): its first and last code, in the scale's direction."""
+    top = (1 << bits) - 1
+    edge: np.ndarray = np.where(codes == top, 1.0, np.where(codes == 0, -1.0, 0.0))
+    directed: np.ndarray = edge * np.sign(scale)
+    return directed
+
+
 def half_ulp(values: np.ndarray, code: str) -> np.ndarray:
     """Half a unit in the last place of each value in float type ``code`` (the most rounding
     to that type moves it)."""
@@ -242,9 +251,10 @@ def _int8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     for rows in blocks(shape[0]):
         s = expand(scale, rows, shape, q.scheme.block_size)
         ints = stored[rows].view(np.int8).astype(np.int64)
+        outward = int_outward(ints + 128, 8, s)
         if zero is not None:
             ints = ints - expand(zero, rows, shape, q.scheme.block_size)
-        yield Chunk(rows, ints * s, np.abs(s))
+        yield Chunk(rows, ints * s, np.abs(s), outward=outward)
 
 
 def _ct_packed(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -255,10 +265,11 @@ def _ct_packed(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     bits = q.scheme.weight_bits or (stored.shape[1] * 32) // shape[1]
     for rows in blocks(shape[0]):
         s = expand(scale, rows, shape, q.scheme.block_size)
-        ints = unpack_bits(stored[rows], bits, shape[1]) - (1 << (bits - 1))
+        codes = unpack_bits(stored[rows], bits, shape[1])
+        ints = codes - (1 << (bits - 1))
         if zero is not None:
             ints = ints - expand(zero, rows, shape, q.scheme.block_size)
-        yield Chunk(rows, ints * s, np.abs(s))
+        yield Chunk(rows, ints * s, np.abs(s), outward=int_outward(codes, bits, s))
 
 
 def _fp4_pairs(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:

@@ -20,13 +20,14 @@ from mtpcheck.checks.decoders import (
     expand,
     float_outward,
     half_ulp,
+    int_outward,
     laid_out_otherwise,
     level_steps,
     unpack_bits,
 )
 from mtpcheck.dtypes import code_values
 from mtpcheck.mapping.views import load_array
-from mtpcheck.params import Method, Role
+from mtpcheck.params import Role
 
 _AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 """AutoAWQ's order within a 32-bit word of eight 4-bit values: position ``j`` holds column
@@ -119,26 +120,31 @@ def _groups(q: Stored, cols: int, count: int) -> np.ndarray:
 
 
 def _gptq_zero_offset(q: Stored) -> int:
-    """GPTQ's v1 checkpoints store each zero point minus one (``gptq_v2`` and AutoRound's
-    own format store it as is)."""
-    v2 = any(f in ("gptq_v2",) for f in q.scheme.formats)
-    return 0 if v2 or q.scheme.method is Method.AUTO_ROUND else 1
+    """GPTQ's v1 checkpoints (and AutoRound's ``auto_round:auto_gptq`` packing) store each
+    zero point minus one; ``gptq_v2`` and AutoRound's own ``auto_round`` packing store it as
+    it is."""
+    return 0 if any(f in _ZEROS_AS_THEY_ARE for f in q.scheme.formats) else 1
+
+
+_ZEROS_AS_THEY_ARE = ("gptq_v2", "auto_round")
+"""The ``checkpoint_format`` / ``packing_format`` values whose zero points carry no offset."""
 
 
 def gptq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """GPTQ: ``qweight`` packed along the input dimension, zero points along the output one."""
     out, cols = shape
     words = q.raw(Role.PACKED)
-    if words.ndim != 2 or words.shape[1] != out or (words.shape[0] * 32) % cols:
-        raise laid_out_otherwise(q.values, words, shape)
-    bits = words.shape[0] * 32 // cols
+    bits = q.scheme.weight_bits or (words.shape[0] * 32 // cols if words.ndim == 2 else 0)
+    if words.ndim != 2 or words.shape[1] != out or words.shape[0] != -(-cols * bits // 32):
+        raise laid_out_otherwise(q.values, words, shape)  # GPTQModel pads the last word
     scales = q.floats(Role.SCALE)
     group = _groups(q, cols, scales.shape[0])
     zeros = _packed_zeros(q, bits, out, scales.shape[0]) + _gptq_zero_offset(q)
     for rows in blocks(out):
         ints = unpack_bits(np.ascontiguousarray(words[:, rows].T), bits, cols)
         s = scales[group][:, rows].T
-        yield Chunk(rows, (ints - zeros[group][:, rows].T) * s, np.abs(s))
+        outward = int_outward(ints, bits, s)
+        yield Chunk(rows, (ints - zeros[group][:, rows].T) * s, np.abs(s), outward=outward)
 
 
 def _packed_zeros(
@@ -178,7 +184,9 @@ def awq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     ints = unpack_bits(words, bits, out)[:, order]
     for rows in blocks(out):
         s = scales[group][:, rows].T
-        yield Chunk(rows, (ints[:, rows].T - zeros[group][:, rows].T) * s, np.abs(s))
+        codes = ints[:, rows].T
+        outward = int_outward(codes, bits, s)
+        yield Chunk(rows, (codes - zeros[group][:, rows].T) * s, np.abs(s), outward=outward)
 
 
 def mlx_affine(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
@@ -197,7 +205,7 @@ def mlx_affine(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         slack = (
             ints * half_ulp(s, rounded_to) + half_ulp(b, rounded_to) + half_ulp(values, rounded_to)
         )
-        yield Chunk(rows, values, np.abs(s), slack=slack)
+        yield Chunk(rows, values, np.abs(s), slack=slack, outward=int_outward(ints, bits, s))
 
 
 def mlx_float(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:

@@ -25,7 +25,7 @@ from mtpcheck.model import (
     TensorComparison,
     TensorStatus,
 )
-from mtpcheck.params import Scheme, declared_scheme
+from mtpcheck.params import Rounding, Scheme, declared_scheme
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 Measured = tuple[list[tuple[Finding, TensorComparison]], set[str]]
@@ -72,6 +72,10 @@ def _dequantized(
     except NotDequantized as e:
         return Finding(c.name, Status.INFO, f"{describe(c)}; not dequantized: {e}"), c
     measured = replace(c, steps=steps)
+    rounding = (scheme_b if pair.b.quantized(b.tensors) else scheme_a).rounding
+    if rounding is not Rounding.NEAREST:
+        why = f"{describe(measured)}; not judged by steps: {rounding.unjudged_because}"
+        return Finding(c.name, Status.INFO, why, {"steps": steps}), measured
     if steps <= STEPS_ALLOWED:
         return Finding(c.name, Status.PASS, describe(measured), {"steps": steps}), measured
     finding = Finding(

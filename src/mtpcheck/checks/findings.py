@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtpcheck.dtypes import exact_wider
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
@@ -36,8 +37,10 @@ def describe(c: TensorComparison, left: str = "A", right: str = "B") -> str:
         return f"only in {right} ({_fmt(c.dtype[1], c.shape[1])}), absent in {left}"
     if c.status is TensorStatus.DTYPE_CHANGED:
         changed = f"dtype changed {c.dtype[0]} -> {c.dtype[1]}"
-        if c.values_differing == 0:
+        if c.values_differing == 0 and c.dtype[1] in exact_wider(c.dtype[0] or ""):
             return f"{changed} (every value kept: the wider type holds each exactly)"
+        if c.values_differing == 0:
+            return f"{changed} (every value kept: each is exactly a value of {c.dtype[1]})"
         if c.values_differing is not None:
             return f"{changed}; {c.values_differing} of {_numel(c.shape[0])} values differ"
         return changed

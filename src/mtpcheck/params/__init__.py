@@ -18,7 +18,7 @@ from mtpcheck.params.parts import (
     Role,
     StoredPart,
 )
-from mtpcheck.params.scheme import Scheme, declared_scheme, scheme_of
+from mtpcheck.params.scheme import Rounding, Scheme, declared_scheme, scheme_of
 
 __all__ = [
     "FUSED_EXPERTS",
@@ -27,6 +27,7 @@ __all__ = [
     "LogicalParam",
     "Method",
     "Role",
+    "Rounding",
     "Scheme",
     "StoredPart",
     "declared_scheme",

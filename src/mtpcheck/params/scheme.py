@@ -3,6 +3,7 @@ or NVIDIA modelopt's ``hf_quant_config.json``, read into one record."""
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import re
 from collections.abc import Mapping
@@ -14,6 +15,36 @@ from mtpcheck.model.config_keys import text_value
 from mtpcheck.params.parts import Method
 
 _METHODS = {m.value: m for m in Method if m not in (Method.NONE, Method.OTHER)}
+
+
+class Rounding(str, enum.Enum):
+    """How the quantizer chose each stored value, which decides whether ``diff --dequantize``
+    can judge a value by its distance in steps from the original."""
+
+    NEAREST = "nearest"
+    """Rounded to the nearest point of its grid (RTN, AutoRound, bitsandbytes, mlx-lm,
+    llm-compressor's data-free schemes, FP8): within half a step, past rounding of its
+    scales; judged."""
+    ERROR_FEEDBACK = "error-feedback"
+    """GPTQ: each column's rounding error is pushed into the columns after it, so a value may
+    lie several steps from its original (GPTQModel, AutoGPTQ): measured, not judged."""
+    ACTIVATION_SCALED = "activation-scaled"
+    """AutoAWQ: each input column is scaled by its activations before quantizing and the
+    inverse folded into the layer before, so the stored matrix is not the original's:
+    measured, not judged."""
+
+    @property
+    def unjudged_because(self) -> str:
+        """Why values rounded this way are not judged by their distance in steps ("" for
+        :attr:`NEAREST`, which is)."""
+        return _UNJUDGED.get(self, "")
+
+
+_UNJUDGED = {
+    Rounding.ERROR_FEEDBACK: "GPTQ moves each value to make up for the rounding of the columns "
+    "before it",
+    Rounding.ACTIVATION_SCALED: "AWQ stores each input column scaled by its activations",
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +64,7 @@ class Scheme:
     weight_bits: int | None = None
     """Bits of a quantized weight element, where the config says (``num_bits``, ``bits``)."""
     group_size: int | None = None
+    rounding: Rounding = Rounding.NEAREST
 
     def ignoring_entry(self, module: str) -> str | None:
         """The ignore entry that leaves ``module`` (a module path, no ``.weight``) unquantized,
@@ -147,7 +179,18 @@ def _declared(q: Mapping[str, Any]) -> Scheme:
     block = _ints(q.get("weight_block_size")) or next(
         (b for w in weights if (b := _ints(w.get("block_structure")))), None
     )
-    return Scheme(method, declared, formats, block, ignore, bits, group)
+    return Scheme(method, declared, formats, block, ignore, bits, group, _rounding(method, q))
+
+
+def _rounding(method: Method, q: Mapping[str, Any]) -> Rounding:
+    """GPTQ and AWQ written by their own tools do not round to nearest; AutoRound's exports in
+    their formats (``autoround_version``, ``provider: auto-round``) do."""
+    by_auto_round = "autoround_version" in q or q.get("provider") == "auto-round"
+    if method is Method.GPTQ and not by_auto_round:
+        return Rounding.ERROR_FEEDBACK
+    if method is Method.AWQ and not by_auto_round:
+        return Rounding.ACTIVATION_SCALED
+    return Rounding.NEAREST
 
 
 def _bnb_bits(q: Mapping[str, Any]) -> int | None:
