@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, Run, flip_bit
+from tests.thirdparty.tools import tool_output
 
-CORPUS = Path(__file__).parent / "data" / "bitsandbytes"
+CORPUS = tool_output("bitsandbytes")
 CASES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
 INTACT = [c for c in CASES if c.endswith("-intact")]
 LOST = [c for c in CASES if c.endswith("-lost")]

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, Run
+from tests.thirdparty.tools import tool_output
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(tool_output("peft")).parent
 LOST = (
     "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint holds no MTP "
     "weights"

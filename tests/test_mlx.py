@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import Run, flip_bit
+from tests.thirdparty.tools import tool_output
 
-CORPUS = Path(__file__).parent / "data" / "mlx"
+CORPUS = tool_output("mlx")
 CASES = sorted(p.name for p in CORPUS.iterdir() if p.name.endswith(("-intact", "-lost")))
 INTACT = [c for c in CASES if c.endswith("-intact")]
 LOST = [c for c in CASES if c.endswith("-lost")]

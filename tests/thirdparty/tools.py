@@ -27,6 +27,19 @@ LLAMA_SERVER = Path(
 )
 
 
+#: The tool outputs the corpus tests read: the shipped tests/data/<tool>, or, where
+#: MTPCHECK_TOOL_OUTPUTS names a folder, <folder>/<tool> as the tools wrote it afresh
+#: (.ci/run regenerates every corpus with tests/thirdparty/regenerate_corpora.sh).
+TOOL_OUTPUTS = os.environ.get("MTPCHECK_TOOL_OUTPUTS")
+
+
+def tool_output(tool: str) -> Path:
+    """Where the corpus ``tool`` wrote is read from."""
+    if TOOL_OUTPUTS:
+        return Path(TOOL_OUTPUTS) / tool
+    return HERE.parent / "data" / tool
+
+
 def require(module: str) -> None:
     """Skip (or, in CI, fail) unless ``module`` can be imported."""
     if importlib.util.find_spec(module.split(".")[0]) is not None:

@@ -134,9 +134,15 @@ def gptq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """GPTQ: ``qweight`` packed along the input dimension, zero points along the output one."""
     out, cols = shape
     words = q.raw(Role.PACKED)
-    bits = q.scheme.weight_bits or (words.shape[0] * 32 // cols if words.ndim == 2 else 0)
-    if words.ndim != 2 or words.shape[1] != out or words.shape[0] != -(-cols * bits // 32):
-        raise laid_out_otherwise(q.values, words, shape)  # GPTQModel pads the last word
+    if words.ndim != 2 or words.shape[1] != out:
+        raise laid_out_otherwise(q.values, words, shape)
+    packed_as = words.shape[0] * 32 // cols
+    bits = q.scheme.weight_bits or packed_as
+    if words.shape[0] != -(-cols * bits // 32):  # GPTQModel pads the last word
+        raise Malformed(
+            f"{q.values}: {list(words.shape)} packs {cols} columns {packed_as} bits each, "
+            f"the config declares {bits}"
+        )
     scales = q.floats(Role.SCALE)
     group = _groups(q, cols, scales.shape[0])
     zeros = _packed_zeros(q, bits, out, scales.shape[0]) + _gptq_zero_offset(q)
@@ -170,13 +176,21 @@ def _awq_order(out: int, bits: int) -> np.ndarray:
     return (np.arange(out) // per_word) * per_word + inverse[np.arange(out) % per_word]
 
 
+def _codes_in_rows(
+    q: Stored, role: Role, shape: tuple[int, int], rows: int, per_row: int
+) -> tuple[np.ndarray, int]:
+    """The stored words of ``role``, ``rows`` rows each packing ``per_row`` codes, and the
+    bits of a code that their width implies."""
+    words = q.raw(role)
+    if words.ndim != 2 or words.shape[0] != rows or (words.shape[1] * 32) % per_row:
+        raise laid_out_otherwise(q.values, words, shape)
+    return words, words.shape[1] * 32 // per_row
+
+
 def awq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """AutoAWQ GEMM: ``qweight`` [in, out / 8], each word eight output columns reordered."""
     out, cols = shape
-    words = q.raw(Role.PACKED)
-    if words.ndim != 2 or words.shape[0] != cols or (words.shape[1] * 32) % out:
-        raise laid_out_otherwise(q.values, words, shape)
-    bits = words.shape[1] * 32 // out
+    words, bits = _codes_in_rows(q, Role.PACKED, shape, cols, out)
     order = _awq_order(out, bits)
     scales = q.floats(Role.SCALE)
     group = _groups(q, cols, scales.shape[0])
@@ -192,10 +206,7 @@ def awq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
 def mlx_affine(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """mlx-lm affine: ``scales * q + biases`` per group, q packed along each row."""
     out, cols = shape
-    words = q.raw(Role.WEIGHT)
-    if words.ndim != 2 or words.shape[0] != out or (words.shape[1] * 32) % cols:
-        raise laid_out_otherwise(q.values, words, shape)
-    bits = words.shape[1] * 32 // cols
+    words, bits = _codes_in_rows(q, Role.WEIGHT, shape, out, cols)
     scales, biases = q.floats(Role.SCALE), q.floats(Role.OFFSET)
     rounded_to = q.dtype(Role.SCALE)
     for rows in blocks(out):
@@ -212,10 +223,7 @@ def mlx_float(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """mlx-lm ``nvfp4`` / ``mxfp4`` / ``mxfp8``: float codes packed into U32 words, lowest
     bits first, times a float scale per group stored as U8."""
     out, cols = shape
-    words = q.raw(Role.WEIGHT)
-    if words.ndim != 2 or words.shape[0] != out or (words.shape[1] * 32) % cols:
-        raise laid_out_otherwise(q.values, words, shape)
-    bits = words.shape[1] * 32 // cols
+    words, bits = _codes_in_rows(q, Role.WEIGHT, shape, out, cols)
     scale_codes = q.raw(Role.SCALE)
     element, scale_type = _mlx_float_types(q, bits, cols // max(1, scale_codes.shape[-1]))
     levels = np.array(code_values(element))

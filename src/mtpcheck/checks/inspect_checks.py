@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from mtpcheck.checks.findings import describe, integrity_check
+from mtpcheck.checks.findings import describe, integrity_check, status_of
 from mtpcheck.checks.header_match import compare_by_headers
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.checks.quant_checks import quantization_check
@@ -220,6 +220,8 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
                     "(file truncated)",
                 )
             )
+        elif status_of(c) is Status.WARN:  # every value kept in another float type
+            findings.append(Finding(copy, Status.WARN, f"holds {main}'s values: {describe(c)}"))
         else:
             findings.append(
                 Finding(copy, Status.FAIL, f"diverged from {main}: {describe(c, main, copy)}")
