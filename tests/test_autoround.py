@@ -185,3 +185,29 @@ def test_a_flipped_bit_fails_at_its_parameter(
         assert message.endswith(": the quantized values are not the full-precision ones")
     else:
         assert f"cannot be decoded: {tensor}: {expected}" in message, message
+
+
+def test_a_symmetric_gptq_weight_without_zero_points_is_read_at_the_middle(
+    run_cli, tmp_path: Path
+) -> None:
+    """Some symmetric GPTQ exports store no ``qzeros``: the zero point is then the middle of
+    the range (8 at 4 bits), not 8 plus GPTQ v1's stored-minus-one. The AutoRound GPTQ export
+    with one module's ``qzeros`` (all 8, stored 7) left out decodes as before."""
+    from safetensors.torch import load_file, save_file
+
+    case = GPTQ
+    rewritten = shutil.copytree(CORPUS / case, tmp_path / case)
+    module = "model.layers.1.self_attn.o_proj"
+    shard, _ = _tensor_offset(rewritten, f"{module}.qzeros")
+    tensors = load_file(shard)
+    assert {int(w) & 0xFFFFFFFF for w in tensors.pop(f"{module}.qzeros").flatten()} == {0x77777777}
+    save_file(tensors, shard, metadata={"format": "pt"})
+    index = rewritten / "model.safetensors.index.json"
+    if index.exists():
+        content = json.loads(index.read_text())
+        content["weight_map"].pop(f"{module}.qzeros")
+        index.write_text(json.dumps(content))
+    run = run_cli("diff", _source(case), rewritten, "--all", "--dequantize", "--format", "json")
+    report = _report(run)
+    (row,) = [t for t in report["tensors"] if t["name"] == f"{module}.weight"]
+    assert row["status"] == "quantized" and row["steps"] <= 0.5, row

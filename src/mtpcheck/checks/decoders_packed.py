@@ -145,7 +145,7 @@ def gptq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         )
     scales = q.floats(Role.SCALE)
     group = _groups(q, cols, scales.shape[0])
-    zeros = _packed_zeros(q, bits, out, scales.shape[0]) + _gptq_zero_offset(q)
+    zeros = _packed_zeros(q, bits, out, scales.shape[0], stored_minus=_gptq_zero_offset(q))
     for rows in blocks(out):
         ints = unpack_bits(np.ascontiguousarray(words[:, rows].T), bits, cols)
         s = scales[group][:, rows].T
@@ -154,14 +154,20 @@ def gptq(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
 
 
 def _packed_zeros(
-    q: Stored, bits: int, out: int, groups: int, order: np.ndarray | None = None
+    q: Stored,
+    bits: int,
+    out: int,
+    groups: int,
+    order: np.ndarray | None = None,
+    stored_minus: int = 0,
 ) -> np.ndarray:
-    """Zero points packed ``bits`` at a time along each group's row (``qzeros``); the middle
-    of the range where none are stored (symmetric)."""
+    """Zero points packed ``bits`` at a time along each group's row (``qzeros``), each stored
+    ``stored_minus`` below its value; the middle of the range where none are stored
+    (symmetric)."""
     name = q.name(Role.ZERO_POINT)
     if name is None:
         return np.full((groups, out), 1 << (bits - 1), np.int64)
-    zeros = unpack_bits(load_array(q.ckpt, name), bits, out)
+    zeros = unpack_bits(load_array(q.ckpt, name), bits, out) + stored_minus
     if zeros.shape[0] != groups:
         raise Malformed(f"{name}: {zeros.shape[0]} groups of zero points, {groups} scales")
     return zeros[:, order] if order is not None else zeros
