@@ -52,7 +52,8 @@ def stale_drafter(
         n for n in a.tensors if n.startswith(prefix) and _EXPERTS not in n and n in b.tensors
     )
     pending = [(n, n) for n in names if n not in by_name]
-    main = [by_name[n] for n in names if n in by_name] + list(compare(a, b, pending))
+    fresh = list(compare(a, b, pending)) if pending else []  # under --all: compared already
+    main = [by_name[n] for n in names if n in by_name] + fresh
     moved = sorted(c.name for c in main if status_of(c) is Status.FAIL)
     if not moved:
         return None
