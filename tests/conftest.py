@@ -8,6 +8,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -83,6 +84,26 @@ def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
         byte = f.read(1)[0]
         f.seek(offset)
         f.write(bytes([byte ^ (1 << bit)]))
+
+
+def findings_of(
+    report: dict[str, Any], status: str, check: str | None = None
+) -> list[tuple[str, str]]:
+    """(subject, message) of the findings of ``status`` in a JSON report, of ``check`` only
+    where one is named."""
+    return [
+        (f["subject"], f["message"])
+        for c in report["checks"]
+        for f in c["findings"]
+        if f["status"] == status and check in (None, c["name"])
+    ]
+
+
+def tensor_offset(shard: Path, name: str) -> int:
+    """The file offset of tensor ``name``'s first byte in a safetensors file."""
+    raw = shard.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    return 8 + size + json.loads(raw[8 : 8 + size])[name]["data_offsets"][0]
 
 
 # --- the quick loop: `-m "not slow and not heavy"` -------------------------------------------

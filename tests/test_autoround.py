@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, Run, flip_bit
+from tests.conftest import FIXTURES, Run, findings_of, flip_bit, tensor_offset
 from tests.thirdparty.tools import tool_output
 
 CORPUS = tool_output("autoround")
@@ -44,15 +44,6 @@ def _report(run: Run) -> dict[str, Any]:
     return json.loads(run.stdout)
 
 
-def _findings(report: dict[str, Any], status: str, check: str | None = None) -> list[tuple]:
-    return [
-        (f["subject"], f["message"])
-        for c in report["checks"]
-        for f in c["findings"]
-        if f["status"] == status and check in (None, c["name"])
-    ]
-
-
 def test_the_corpus_covers_each_format_and_fate() -> None:
     formats = {c.split("-")[3] for c in CASES}
     assert formats >= {"auto_round", "auto_round_asym", "auto_gptq", "auto_awq", "gptq_descact"}
@@ -70,7 +61,7 @@ def test_an_mtp_layer_packed_like_the_main_layers_passes(case: str, run_cli) -> 
 def test_a_lost_mtp_layer_fails_the_count(case: str, run_cli) -> None:
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
-    assert ("mtp-count", MTP_LOST) in _findings(_report(run), "fail", "mtp-count")
+    assert ("mtp-count", MTP_LOST) in findings_of(_report(run), "fail", "mtp-count")
 
 
 @pytest.mark.parametrize("case", BF16_UNDECLARED)
@@ -79,7 +70,7 @@ def test_a_bf16_mtp_layer_the_config_quantizes_fails(case: str, run_cli) -> None
     route leaves an ignored layer out of the config: engines build those modules quantized."""
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = _findings(_report(run), "fail", "mtp-quantization")
+    ((subject, message),) = findings_of(_report(run), "fail", "mtp-quantization")
     assert subject == "mtp layer 0"
     assert "stored BF16, but quantization_config (" in message, message
     assert message.endswith("so engines build them quantized and cannot load these weights")
@@ -88,14 +79,14 @@ def test_a_bf16_mtp_layer_the_config_quantizes_fails(case: str, run_cli) -> None
 def test_an_mtp_layer_packed_at_other_bits_than_declared_fails(run_cli) -> None:
     run = run_cli("inspect", CORPUS / AT_4B, "--format", "json")
     assert run.exit_code == 1, run
-    shapes = dict(_findings(_report(run), "fail", "mtp-shapes"))
+    shapes = dict(findings_of(_report(run), "fail", "mtp-shapes"))
     assert shapes["model.layers.2.self_attn.o_proj.qweight"] == (
         "shape [4, 32], expected [2, 32] (as model.layers.1.self_attn.o_proj.qweight, the "
         "main-layer tensor it mirrors)"
     )
     diffed = run_cli("diff", _source(AT_4B), CORPUS / AT_4B, "--dequantize", "--format", "json")
     assert diffed.exit_code == 1, diffed
-    failed = dict(_findings(_report(diffed), "fail", "tensors"))
+    failed = dict(findings_of(_report(diffed), "fail", "tensors"))
     assert failed["model.layers.2.eh_proj.weight"].endswith(
         "cannot be decoded: model.layers.2.eh_proj.qweight: [8, 32] packs 64 columns 4 bits "
         "each, the config declares 2"
@@ -109,7 +100,7 @@ def test_autoround_rounds_to_nearest_within_half_a_step(case: str, run_cli) -> N
     report = _report(run)
     quantized = [t for t in report["tensors"] if t["status"] == "quantized"]
     assert quantized and all(t["steps"] is not None and t["steps"] <= 0.5 for t in quantized)
-    assert not [m for _, m in _findings(report, "info") if "dequantized:" in m or "judged" in m]
+    assert not [m for _, m in findings_of(report, "info") if "dequantized:" in m or "judged" in m]
     # AutoRound's transformers route writes F32 (and GLM's biases F16) where the source is BF16
     widened = [t for t in report["tensors"] if t["status"] == "dtype_changed"]
     assert all(t["values_differing"] == 0 for t in widened)
@@ -123,7 +114,7 @@ def test_gptq_error_feedback_is_measured_not_judged(case: str, run_cli) -> None:
     assert run.exit_code == 1, run
     report = _report(run)
     quantized = [t for t in report["tensors"] if t["status"] == "quantized"]
-    unjudged = [m for _, m in _findings(report, "info", "tensors") if "not judged" in m]
+    unjudged = [m for _, m in findings_of(report, "info", "tensors") if "not judged" in m]
     assert len(unjudged) == len(quantized) == 28
     assert all(
         m.endswith(
@@ -133,7 +124,7 @@ def test_gptq_error_feedback_is_measured_not_judged(case: str, run_cli) -> None:
         for m in unjudged
     )
     assert max(t["steps"] for t in quantized) > 1  # what judging would have failed
-    failed = _findings(report, "fail", "tensors")
+    failed = findings_of(report, "fail", "tensors")
     assert len(failed) == 32 and all(m.startswith("missing in B") for _, m in failed)
 
 
@@ -142,9 +133,7 @@ def _tensor_offset(case_dir: Path, name: str) -> tuple[Path, int]:
     shard = case_dir / (
         json.loads(index.read_text())["weight_map"][name] if index.exists() else "model.safetensors"
     )
-    raw = shard.read_bytes()
-    size = int.from_bytes(raw[:8], "little")
-    return shard, 8 + size + json.loads(raw[8 : 8 + size])[name]["data_offsets"][0]
+    return shard, tensor_offset(shard, name)
 
 
 ASYM = "autoround-modelfree-deepseek_v3-auto_round_asym-4b-quantized"
@@ -177,7 +166,7 @@ def test_a_flipped_bit_fails_at_its_parameter(
     args = ("--all",) if ".layers.1." in tensor else ()
     run = run_cli("diff", _source(case), damaged, "--dequantize", *args, "--format", "json")
     assert run.exit_code == 1, run
-    failed = [(s, m) for s, m in _findings(_report(run), "fail", "tensors")]
+    failed = [(s, m) for s, m in findings_of(_report(run), "fail", "tensors")]
     param = tensor.rpartition(".")[0] + ".weight"
     ((subject, message),) = [(s, m) for s, m in failed if "dtype changed" not in m]
     assert subject == param

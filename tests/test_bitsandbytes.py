@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, Run, flip_bit
+from tests.conftest import FIXTURES, Run, findings_of, flip_bit, tensor_offset
 from tests.thirdparty.tools import tool_output
 
 CORPUS = tool_output("bitsandbytes")
@@ -43,15 +43,6 @@ def _report(run: Run) -> dict[str, Any]:
     return json.loads(run.stdout)
 
 
-def _findings(report: dict[str, Any], status: str) -> list[tuple[str, str]]:
-    return [
-        (f["subject"], f["message"])
-        for c in report["checks"]
-        for f in c["findings"]
-        if f["status"] == status
-    ]
-
-
 def test_the_corpus_has_each_scheme_intact_and_lost() -> None:
     fixtures_schemes = {(c.split("-")[0], _scheme(c)) for c in CASES}
     assert fixtures_schemes == {(f, s) for f in ("deepseek_v3", "glm4_moe") for s in LABEL}
@@ -77,7 +68,7 @@ def test_inspect_names_the_storage_and_passes(case: str, run_cli) -> None:
 def test_save_pretrained_loses_the_mtp_layer(case: str, run_cli) -> None:
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
-    first = _findings(_report(run), "fail")[0]
+    first = findings_of(_report(run), "fail")[0]
     assert first == (
         "mtp-count",
         "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint holds "
@@ -94,11 +85,11 @@ def test_diff_dequantizes_every_quantized_tensor_within_half_a_step(case: str, r
     quantized = {n: t for n, t in tensors.items() if t["status"] == "quantized"}
     assert f"{PROJECTION}.weight" in quantized
     assert all(t["steps"] is not None and t["steps"] <= WORST_STEPS for t in quantized.values())
-    assert not [m for _, m in _findings(report, "info") if "not dequantized" in m]
+    assert not [m for _, m in findings_of(report, "info") if "not dequantized" in m]
     # transformers wrote the router in float32: every value kept, warned, not failed
     widened = {n for n, t in tensors.items() if t["status"] == "dtype_changed"}
     assert widened and all(tensors[n]["values_differing"] == 0 for n in widened)
-    assert widened == {n for n, _ in _findings(report, "warn") if n in tensors}
+    assert widened == {n for n, _ in findings_of(report, "warn") if n in tensors}
     statuses = {t["status"] for t in tensors.values()}
     assert statuses == {"equal", "quantized", "dtype_changed"}
 
@@ -111,14 +102,6 @@ def test_diff_without_dequantize_reports_the_layout(case: str, run_cli) -> None:
     assert projection["status"] == "quantized"
     assert projection["storage"][0] == "BF16"
     assert projection["storage"][1].startswith(LABEL[_scheme(case)] + ": ")
-
-
-def _tensor_offset(shard: Path, name: str) -> int:
-    """The file offset of tensor ``name``'s first byte in a safetensors file."""
-    raw = shard.read_bytes()
-    size = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + size])
-    return 8 + size + header[name]["data_offsets"][0]
 
 
 DAMAGE = [
@@ -141,10 +124,10 @@ def test_a_flipped_bit_fails_at_its_parameter(
 ) -> None:
     damaged = shutil.copytree(CORPUS / case, tmp_path / case)
     shard = damaged / "model.safetensors"
-    flip_bit(shard, _tensor_offset(shard, tensor) + byte, bit)
+    flip_bit(shard, tensor_offset(shard, tensor) + byte, bit)
     run = run_cli("diff", _source(case), damaged, "--dequantize", "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = _findings(_report(run), "fail")
+    ((subject, message),) = findings_of(_report(run), "fail")
     assert subject == f"{PROJECTION}.weight"
     assert message.endswith(": the quantized values are not the full-precision ones"), message
 
@@ -154,9 +137,9 @@ def test_an_unreadable_quant_state_fails_as_undecodable(run_cli, tmp_path: Path)
     damaged = shutil.copytree(CORPUS / case, tmp_path / case)
     shard = damaged / "model.safetensors"
     state = f"{PROJECTION}.weight.quant_state.bitsandbytes__nf4"
-    flip_bit(shard, _tensor_offset(shard, state), 7)  # '{' becomes a byte no JSON starts with
+    flip_bit(shard, tensor_offset(shard, state), 7)  # '{' becomes a byte no JSON starts with
     run = run_cli("diff", _source(case), damaged, "--dequantize", "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = _findings(_report(run), "fail")
+    ((subject, message),) = findings_of(_report(run), "fail")
     assert subject == f"{PROJECTION}.weight"
     assert f"cannot be decoded: {state}: not bitsandbytes' quant state JSON" in message

@@ -42,9 +42,10 @@ class Chunk(NamedTuple):
     largest level), 0 elsewhere: an original beyond it was clipped, and is measured from it."""
 
 
-def float_outward(levels: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """:attr:`Chunk.outward` of values ``levels * scale`` on a symmetric float grid."""
-    top = np.abs(levels).max(initial=0.0)
+def float_outward(levels: np.ndarray, grid: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """:attr:`Chunk.outward` of values ``levels * scale`` on a symmetric float grid whose
+    levels are ``grid``: its largest finite level, either sign."""
+    top = np.abs(grid[np.isfinite(grid)]).max(initial=0.0)
     edge: np.ndarray = np.where(np.abs(levels) == top, np.sign(levels) * np.sign(scale), 0.0)
     return edge
 
@@ -176,14 +177,6 @@ def level_steps(levels: np.ndarray) -> np.ndarray:
     return steps
 
 
-def _fp8_outward(levels: np.ndarray, code: str, scale: np.ndarray) -> np.ndarray:
-    """:attr:`Chunk.outward` on an FP8 grid: its largest finite value, either sign."""
-    finite = np.array(code_values(code))
-    top = np.abs(finite[np.isfinite(finite)]).max()
-    edge: np.ndarray = np.where(np.abs(levels) == top, np.sign(levels) * np.sign(scale), 0.0)
-    return edge
-
-
 def fp8_steps(codes: np.ndarray, code: str) -> np.ndarray:
     """The grid spacing of an FP8 format at each stored code."""
     layout = DTYPES[code].layout
@@ -211,6 +204,7 @@ def _fp8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
     """FP8 elements times a scale (per tensor, channel, group or ``weight_block_size``)."""
     code = q.dtype(Role.WEIGHT)
     stored, scale = q.raw(Role.WEIGHT), _scale(q)
+    grid = np.array(code_values(code))  # every value of the type: its largest finite clips
     _check_rows(stored, q.values, shape)
     for rows in blocks(shape[0]):
         s = expand(scale, rows, shape, q.scheme.block_size)
@@ -218,7 +212,7 @@ def _fp8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         levels = as_float(codes, code)
         assert levels is not None  # an FP8 type: the registry decodes it
         steps = fp8_steps(codes, code) * s
-        yield Chunk(rows, levels * s, steps, outward=_fp8_outward(levels, code, s))
+        yield Chunk(rows, levels * s, steps, outward=float_outward(levels, grid, s))
 
 
 def _scale(q: Stored) -> np.ndarray:
@@ -280,7 +274,7 @@ def _fp4_pairs(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         s = expand(scale, rows, shape)
         codes = unpack_bits(stored[rows], 4, shape[1])
         levels = _FP4[codes]
-        yield Chunk(rows, levels * s, _FP4_STEPS[codes] * s, outward=float_outward(levels, s))
+        yield Chunk(rows, levels * s, _FP4_STEPS[codes] * s, outward=float_outward(levels, _FP4, s))
 
 
 def _llm_int8(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:

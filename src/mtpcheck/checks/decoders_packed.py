@@ -100,7 +100,7 @@ def bnb_4bit(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
             rows,
             (levels * scale).reshape(size),
             (steps[codes] * scale).reshape(size),
-            outward=float_outward(levels, scale).reshape(size),
+            outward=float_outward(levels, table, scale).reshape(size),
         )
 
 
@@ -239,7 +239,7 @@ def mlx_float(q: Stored, shape: tuple[int, int]) -> Iterator[Chunk]:
         s = expand(scales, rows, shape)
         codes = unpack_bits(words[rows], bits, cols)
         found = levels[codes]
-        yield Chunk(rows, found * s, steps[codes] * s, outward=float_outward(found, s))
+        yield Chunk(rows, found * s, steps[codes] * s, outward=float_outward(found, levels, s))
 
 
 def _mlx_float_types(q: Stored, bits: int, group: int) -> tuple[str, str]:
