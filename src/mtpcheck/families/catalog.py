@@ -25,14 +25,10 @@ from mtpcheck.families.interface import (
     SharedCopy,
     Support,
 )
+from mtpcheck.families.module_parts import EH_PARTS, megatron_module, under
 from mtpcheck.families.serving import DEEPSEEK_ROUTER, SHARED_HEAD
 
-_DEEPSEEK_SPECIFIC = (
-    "model.layers.{n}.enorm.weight",
-    "model.layers.{n}.hnorm.weight",
-    "model.layers.{n}.eh_proj.weight",
-    "model.layers.{n}.shared_head.norm.weight",
-)
+_DEEPSEEK_SPECIFIC = under("model.layers.{n}.", (*EH_PARTS, "shared_head.norm.weight"))
 _DEEPSEEK_MAPPING = MegatronMapping()
 _DEEPSEEK_WRITER = MegatronWriter(
     "deepseek_v3",
@@ -296,15 +292,8 @@ MEGATRON = MtpFamily(
     model_types=("megatron",),
     architectures=(),
     count=MtpCount(("mtp_num_layers",), hidden_layers_key="num_layers", from_command_line=True),
-    layout=HfLayout(
-        layer_prefix="mtp.layers.{i}.transformer_layer.",
-        specific=(
-            "mtp.layers.{i}.enorm.weight",
-            "mtp.layers.{i}.hnorm.weight",
-            "mtp.layers.{i}.eh_proj.weight",
-            "mtp.layers.{i}.final_layernorm.weight",
-        ),
-        projection="mtp.layers.{i}.eh_proj.weight",
+    layout=replace(
+        megatron_module("mtp.layers.{i}."),
         main_shared=("embedding.word_embeddings.weight", "output_layer.weight"),
         main_layer_prefix="decoder.layers.{k}.",
         main_norm="decoder.final_layernorm.weight",

@@ -28,19 +28,12 @@ from mtpcheck.families.interface import (
     SharedCopy,
     Support,
 )
+from mtpcheck.families.module_parts import EH_PARTS, MODULE_PARTS, megatron_module, under
 from mtpcheck.families.serving import NEMOTRON_H_ONE_LAYER
 
 _QWEN_COUNT = MtpCount(("mtp_num_hidden_layers", "num_nextn_predict_layers"), default=1)
 _NEXTN_ONE = MtpCount(default=1)
-_EH = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
-
-
 _SERVED_AS_TRAINED = Serving()
-
-
-def _under(prefix: str, names: tuple[str, ...]) -> tuple[str, ...]:
-    """``names``, each under ``prefix``."""
-    return tuple(prefix + name for name in names)
 
 
 def qwen_style(
@@ -115,7 +108,7 @@ def _appended(
     tensors of its own around a block that mirrors a main layer; ``mapped``: with the
     HF <-> Megatron mapping whose final_layernorm is the first ``tail`` tensor."""
     prefix = root + "layers.{n}."
-    specific = _under(prefix, (*_EH, *tail))
+    specific = under(prefix, (*EH_PARTS, *tail))
     return MtpFamily(
         key=key,
         display=display,
@@ -186,6 +179,29 @@ _STEP3P7 = _appended(
 )
 """Step-3.7 as appended layers; its entry adds each layer's own head and how it is served."""
 _MTP_MODULES = MtpCount(("num_mtp_modules",))
+
+
+def _minimax(
+    key: str, display: str, model_type: str, architecture: str, root: str, notes: str = ""
+) -> MtpFamily:
+    """MiniMax's MTP modules: megatron-core's layout (as MiniMax-M3 publishes it), every name
+    under ``root`` (the vision-language checkpoint's ``language_model.``)."""
+    return MtpFamily(
+        key=key,
+        display=display,
+        model_types=(model_type,),
+        architectures=(architecture,),
+        count=_MTP_MODULES,
+        layout=replace(
+            megatron_module(root + "model.mtp.layers.{i}."),
+            main_shared=(f"{root}model.embed_tokens.weight", f"{root}lm_head.weight"),
+            main_layer_prefix=root + "model.layers.{k}.",
+            main_norm=f"{root}model.norm.weight",
+        ),
+        notes=notes,
+    )
+
+
 _NEMOTRON_H_SPECIFIC = (
     "mtp.layers.{first}.enorm.weight",
     "mtp.layers.{first}.hnorm.weight",
@@ -271,7 +287,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         architectures=("DeepseekV4ForCausalLM",),
         layout=HfLayout(
             layer_prefix="mtp.{i}.",
-            specific=_under(
+            specific=under(
                 "mtp.{i}.",
                 (
                     "enorm.weight",
@@ -380,7 +396,7 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         architectures=("HYV4ForCausalLM",),
         layout=HfLayout(
             layer_prefix="model.mtp_layers.{i}.",
-            specific=_under("model.mtp_layers.{i}.", (*_EH, "final_layernorm.weight")),
+            specific=under("model.mtp_layers.{i}.", MODULE_PARTS),
             projection="model.mtp_layers.{i}.eh_proj.weight",
             block_lacks=("hc_pre.",),
         ),
@@ -454,10 +470,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         count=MtpCount(default=3),
         layout=HfLayout(
             layer_prefix="model.mtp.layers.{i}.",
-            specific=_under(
+            specific=under(
                 "model.mtp.layers.{i}.",
                 (
-                    *_EH,
+                    *EH_PARTS,
                     "input_layernorm.weight",
                     "self_attn.q_proj.weight",
                     "self_attn.k_proj.weight",
@@ -486,40 +502,22 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
     ),
     # transformers models/minimax_m3_vl (ignores r"(^|\.)mtp\..*"); vLLM minimax_m3 mtp.py:
     # enorm/hnorm/eh_proj/final_layernorm around a sparse-attention + MoE transformer_layer.
-    MtpFamily(
-        key="minimax_m3",
-        display="MiniMax-M3",
-        model_types=("minimax_m3_vl",),
-        architectures=("MiniMaxM3SparseForConditionalGeneration",),
-        count=_MTP_MODULES,
-        layout=HfLayout(
-            layer_prefix="language_model.model.mtp.layers.{i}.transformer_layer.",
-            specific=_under(
-                "language_model.model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")
-            ),
-            projection="language_model.model.mtp.layers.{i}.eh_proj.weight",
-            main_shared=(
-                "language_model.model.embed_tokens.weight",
-                "language_model.lm_head.weight",
-            ),
-            main_layer_prefix="language_model.model.layers.{k}.",
-            main_norm="language_model.model.norm.weight",
-        ),
+    _minimax(
+        "minimax_m3",
+        "MiniMax-M3",
+        "minimax_m3_vl",
+        "MiniMaxM3SparseForConditionalGeneration",
+        root="language_model.",
     ),
     # MiniMax-M2 / M2.5 / M2.7 configs advertise use_mtp and num_mtp_modules: 3, but no
     # release ships MTP weights (MiniMax-M2.7 issue #16); no engine has an MTP loader. The
-    # layout below is MiniMax-M3's, the only one published.
-    MtpFamily(
-        key="minimax_m2",
-        display="MiniMax-M2",
-        model_types=("minimax_m2",),
-        architectures=("MiniMaxM2ForCausalLM",),
-        count=_MTP_MODULES,
-        layout=HfLayout(
-            layer_prefix="model.mtp.layers.{i}.transformer_layer.",
-            specific=_under("model.mtp.layers.{i}.", (*_EH, "final_layernorm.weight")),
-            projection="model.mtp.layers.{i}.eh_proj.weight",
-        ),
+    # layout is MiniMax-M3's, the only one published.
+    _minimax(
+        "minimax_m2",
+        "MiniMax-M2",
+        "minimax_m2",
+        "MiniMaxM2ForCausalLM",
+        root="",
         notes="configs advertise 3 MTP modules; released weights hold none",
     ),
     # transformers models/nemotron_h (ignores r"mtp.*"); vLLM nemotron_h_mtp.py, SGLang
