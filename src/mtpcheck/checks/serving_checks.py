@@ -15,7 +15,7 @@ from typing import Any
 
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.interface import Serving
-from mtpcheck.families.serving import EngineDefault, EngineLimit
+from mtpcheck.families.serving import EngineDefault, EngineLimit, EngineSource
 from mtpcheck.model import CheckResult, Finding, Status
 from mtpcheck.model.config_keys import text_value
 
@@ -40,17 +40,16 @@ def serving_check(
             Finding(
                 "mtp copies",
                 Status.INFO,
-                f"{copies.engine} drafts through the main embedding and head, not the "
-                f"MTP layer's stored copies ({copies.source})",
-                {"engine": copies.engine},
+                f"{copies.source.engine} drafts through the main embedding and head, not the "
+                f"MTP layer's stored copies ({copies.source.file})",
+                {"engine": copies.source.engine},
             )
             for copies in serving.stored_copies
             if not copies.uses_stored
         )
     if not any(f.status in (Status.FAIL, Status.WARN) for f in findings):
-        known = sorted(
-            {d.engine for d in serving.defaults} | {limit.engine for limit in serving.limits}
-        )
+        sources = [*(d.source for d in serving.defaults), *(lim.source for lim in serving.limits)]
+        known = sorted({source.engine for source in sources})
         message = (
             f"{' and '.join(known)} {'build' if len(known) > 1 else 'builds'} what "
             "transformers builds from this config"
@@ -68,7 +67,7 @@ def _value(config: Mapping[str, Any], key: str) -> object:
 
 def _default(config: Mapping[str, Any], d: EngineDefault, names: Collection[str]) -> Finding | None:
     value = _value(config, d.key)
-    details = {"engine": d.engine, "source": d.source, "key": d.key}
+    details = _details(d.source, d.key)
     if value is _ABSENT:
         if d.engine_default == d.trained:
             return None
@@ -78,8 +77,9 @@ def _default(config: Mapping[str, Any], d: EngineDefault, names: Collection[str]
         return Finding(
             d.key,
             Status.WARN,
-            f"absent: {d.engine} reads it as {d.engine_default!r} ({d.source}) and {effect}; "
-            f"transformers builds {d.trained!r} (add {json.dumps({d.key: d.trained})[1:-1]})",
+            f"absent: {d.source.engine} reads it as {d.engine_default!r} ({d.source.file}) and "
+            f"{effect}; transformers builds {d.trained!r} "
+            f"(add {json.dumps({d.key: d.trained})[1:-1]})",
             details,
         )
     if value == d.trained:
@@ -87,8 +87,8 @@ def _default(config: Mapping[str, Any], d: EngineDefault, names: Collection[str]
     return Finding(
         d.key,
         Status.FAIL,
-        f"{value!r}: {d.engine} builds with it ({d.source}), transformers ignores the key and "
-        f"builds {d.trained!r}: served and trained models differ",
+        f"{value!r}: {d.source.engine} builds with it ({d.source.file}), transformers ignores "
+        f"the key and builds {d.trained!r}: served and trained models differ",
         details,
     )
 
@@ -101,7 +101,12 @@ def _limit(config: Mapping[str, Any], limit: EngineLimit) -> Finding | None:
     return Finding(
         limit.key,
         Status.FAIL,
-        f"{used!r}: {limit.engine} refuses to build the drafter ({limit.source}: "
+        f"{used!r}: {limit.source.engine} refuses to build the drafter ({limit.source.file}: "
         f'"{limit.refusal}"); it accepts {", ".join(map(repr, limit.allowed))}',
-        {"engine": limit.engine, "source": limit.source, "key": limit.key},
+        _details(limit.source, limit.key),
     )
+
+
+def _details(source: EngineSource, key: str) -> dict[str, Any]:
+    """A serving finding's details: which engine, the file it was read in, the config key."""
+    return {"engine": source.engine, "source": source.file, "key": key}

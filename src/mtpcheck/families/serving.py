@@ -16,13 +16,21 @@ VLLM = "vLLM 0.32.0"
 
 
 @dataclass(frozen=True)
+class EngineSource:
+    """Where a fact about an engine was read: the engine and version, and its file."""
+
+    engine: str
+    file: str
+    """Repository-relative: the loader or model file that holds the behaviour."""
+
+
+@dataclass(frozen=True)
 class EngineDefault:
     """A config key the engine reads with a default of its own, which differs from what
     transformers builds for the family."""
 
-    engine: str
-    source: str
-    """The engine's file that reads the key (repository-relative)."""
+    source: EngineSource
+    """The engine, and its file that reads the key."""
     key: str
     engine_default: object
     """What the engine uses when the key is absent."""
@@ -40,8 +48,7 @@ class EngineDefault:
 class EngineLimit:
     """A config value outside which the engine refuses to build the drafter."""
 
-    engine: str
-    source: str
+    source: EngineSource
     key: str
     allowed: tuple[object, ...]
     default: object
@@ -53,15 +60,13 @@ class EngineLimit:
 class EngineCopies:
     """Whether the engine drafts through the MTP layer's stored embedding and head copies."""
 
-    engine: str
-    source: str
+    source: EngineSource
     uses_stored: bool
 
 
-_DEEPSEEK_MOE = "vllm/model_executor/models/deepseek_v2.py"
+_DEEPSEEK_MOE = EngineSource(VLLM, "vllm/model_executor/models/deepseek_v2.py")
 DEEPSEEK_ROUTER = (
     EngineDefault(
-        VLLM,
         _DEEPSEEK_MOE,
         "scoring_func",
         "softmax",
@@ -69,7 +74,6 @@ DEEPSEEK_ROUTER = (
         "routes every MoE layer, the MTP layer's included, with softmax scores instead of sigmoid",
     ),
     EngineDefault(
-        VLLM,
         _DEEPSEEK_MOE,
         "topk_method",
         None,
@@ -82,13 +86,12 @@ DEEPSEEK_ROUTER = (
 """transformers 5.24's DeepSeek-V3 router (``DeepseekV3TopkRouter``, and GLM-5's, which is
 the same) always scores with sigmoid and always adds ``e_score_correction_bias``; its config
 classes define neither key. vLLM's ``DeepseekV2MoE`` reads both with defaults of its own."""
-SHARED_HEAD = (EngineCopies(VLLM, "vllm/v1/spec_decode/llm_base_proposer.py", False),)
+SHARED_HEAD = (EngineCopies(EngineSource(VLLM, "vllm/v1/spec_decode/llm_base_proposer.py"), False),)
 """vLLM's MTP proposer shares the target's embedding and head with the MTP layer
 (``_maybe_share_embeddings`` / ``_maybe_share_lm_head``)."""
 NEMOTRON_H_ONE_LAYER = (
     EngineLimit(
-        VLLM,
-        "vllm/model_executor/models/nemotron_h_mtp.py",
+        EngineSource(VLLM, "vllm/model_executor/models/nemotron_h_mtp.py"),
         "num_nextn_predict_layers",
         (1,),
         1,
