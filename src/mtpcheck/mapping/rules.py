@@ -71,6 +71,15 @@ _CORE = MegatronLayout.MEGATRON_CORE.value
 _SWIFT = MegatronLayout.MCORE_BRIDGE.value
 _QKVZ_BA = ("linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight")
 _QKV_Z_B_A = tuple(f"linear_attn.in_proj_{p}.weight" for p in ("qkv", "z", "b", "a"))
+_DSA_INDEXER = (
+    ("wq_b.weight", "linear_wq_b.weight"),
+    ("wk.weight", "linear_wk.weight"),
+    ("k_norm.weight", "k_norm.weight"),
+    ("k_norm.bias", "k_norm.bias"),
+    ("weights_proj.weight", "linear_weights_proj.weight"),
+)
+"""The DSA indexer's tensors: (HF name under ``self_attn.indexer.``, megatron-core's under
+``self_attention.core_attention.indexer.``)."""
 
 DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("input_layernorm.weight",), "input_layernorm.weight"),
@@ -103,16 +112,9 @@ DECODER_RULES: tuple[LayerRule, ...] = (
     _R(("self_attn.kv_b_proj.weight",), "self_attention.linear_kv_up_proj.weight"),
     # DSA indexer of GLM-5 / DeepSeek-V3.2 (megatron-core
     # transformer/experimental_attention_variant/dsa.py, ``DSAIndexer``)
-    _R(
-        ("self_attn.indexer.wq_b.weight",),
-        "self_attention.core_attention.indexer.linear_wq_b.weight",
-    ),
-    _R(("self_attn.indexer.wk.weight",), "self_attention.core_attention.indexer.linear_wk.weight"),
-    _R(("self_attn.indexer.k_norm.weight",), "self_attention.core_attention.indexer.k_norm.weight"),
-    _R(("self_attn.indexer.k_norm.bias",), "self_attention.core_attention.indexer.k_norm.bias"),
-    _R(
-        ("self_attn.indexer.weights_proj.weight",),
-        "self_attention.core_attention.indexer.linear_weights_proj.weight",
+    *(
+        _R((f"self_attn.indexer.{hf}",), f"self_attention.core_attention.indexer.{megatron}")
+        for hf, megatron in _DSA_INDEXER
     ),
     # gated delta net (Qwen3-Next linear attention; megatron-core ssm/gated_delta_net.py)
     _R(_QKVZ_BA, _GDN + "in_proj.weight", Kind.GDN_IN_PROJ, when="gdn_fused+" + _CORE),
