@@ -186,3 +186,9 @@ def test_accept_through_the_api_matches_the_cli(run_cli: Callable[..., Run]) -> 
     assert json.loads(stream.getvalue()) == json.loads(run.stdout)
     (result,) = report.acceptance
     assert result.workload == "in"
+
+
+def test_the_api_page_says_what_each_status_means() -> None:
+    page = (ROOT / "docs" / "api.md").read_text()
+    rows = re.findall(r"^\| `([A-Z]+)` \| ", page, flags=re.MULTILINE)
+    assert rows == [s.name for s in mtpcheck.Status]

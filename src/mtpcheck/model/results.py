@@ -22,10 +22,16 @@ class Status(str, enum.Enum):
     """Outcome of one check or finding. Only FAIL makes a verdict fail."""
 
     PASS = "pass"
+    """Checked, and found as it should be."""
     FAIL = "fail"
+    """Checked, and found damaged, missing or inconsistent: the verdict fails (exit 1)."""
     WARN = "warn"
+    """Worth a look, not a failure: the verdict still passes (a dtype widened with every value
+    kept, a drafter left as it was while the main model moved)."""
     SKIP = "skip"
+    """Not checked; the message says why (nothing in the input the check applies to)."""
     INFO = "info"
+    """Context, neither pass nor problem (a figure measured and not judged)."""
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,20 @@ class TensorStatus(str, enum.Enum):
     """Verdict of the tensor matcher for one tensor name."""
 
     EQUAL = "equal"
+    """Same dtype, shape and bytes on both sides."""
     MISSING = "missing"
+    """In A, absent in B."""
     EXTRA = "extra"
+    """In B, absent in A."""
     SHAPE_CHANGED = "shape_changed"
+    """The shapes differ; the bytes are not compared."""
     DTYPE_CHANGED = "dtype_changed"
+    """The dtypes differ; ``values_differing`` counts the values that changed where both
+    types can be decoded."""
     BITS_DIFFER = "bits_differ"
+    """Same dtype and shape, other bytes (``differing_elements``, ``first_difference``)."""
     UNREADABLE = "unreadable"
+    """A side's bytes cannot be read (its file ends before the tensor does)."""
     NOT_COMPARED = "not_compared"
     """Same dtype and shape, bytes not at hand (a Hub repository read by its headers)."""
     QUANTIZED = "quantized"
