@@ -362,6 +362,20 @@ def build_mtp(src_t, lost_t, lost_h, quantizer, qmods, mtp: int) -> tuple[dict, 
     return out, how, errors
 
 
+def use_the_generic_cpu_kernel() -> None:
+    """Run 4-bit forwards on bitsandbytes' generic CPU kernel on every host.
+
+    On a CPU with AVX512-BF16, bitsandbytes 0.50.2's ``Linear4bit`` repacks its weight on the
+    first forward and asserts that ``out_features`` is a multiple of 32; the fixtures' 16-wide
+    layers fail it ("N must be divisible by block_n"). The kernel is chosen when the module is
+    built (``Linear4bit.support_avx512bf16_for_cpu``); the stored bytes do not depend on it.
+    Pinning the generic kernel keeps the recorded forward outcome the same on every machine.
+    """
+    import bitsandbytes.nn.modules as modules
+
+    modules.has_avx512bf16 = lambda: False
+
+
 def load_back(directory: Path) -> tuple[dict, torch.Tensor | None, str | None, dict]:
     """Load a case with transformers: state_dict, logits on a fixed input (or the error), info."""
     from transformers import AutoModelForCausalLM
@@ -515,6 +529,7 @@ def main() -> int:
         logging.ERROR
     )  # "MatMul8bitLt: inputs will be cast ..."
     hf_logging.disable_progress_bar()
+    use_the_generic_cpu_kernel()
     torch.use_deterministic_algorithms(True)
     out = out_arg
     out.mkdir(parents=True, exist_ok=True)
