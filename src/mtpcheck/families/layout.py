@@ -392,7 +392,7 @@ def _mirroring(d: _Depths, i: int, sibling: Mapping[int, int]) -> _Mirroring:
         if other_kind({r for r in inner if prefix + r not in own_forms}, expected):
             continue
         mirrors.append((prefix, main_prefix))
-        missing |= lacking(d.family, expected - inner, expected, prefix, inner, d.tensors)
+        missing |= lacking(d.family, expected, prefix, inner, d.tensors)
         reference = (main_prefix, picked[1])
     return _Mirroring(mirrors, missing, reference)
 

@@ -18,20 +18,20 @@ from mtpcheck.params import (
 
 def lacking(
     family: MtpFamily,
-    absent: Collection[str],
     expected: Collection[str],
     prefix: str,
     inner: Collection[str],
     tensors: Mapping[str, TensorMeta],
 ) -> set[str]:
     """Full names of the reference layer's tensors (``expected``, relative) that the MTP block
-    under ``prefix`` (holding ``inner``) lacks and should hold.
+    under ``prefix`` (holding ``inner``, relative) lacks and should hold.
 
     Completeness is judged per logical parameter: a parameter the block holds in another form
     than the main layer (BF16 where the main layer is FP8 or packed INT4, or the other way
     round) is there; its side parts (scales, zero points, shapes) are needed only where the
     block's own copy is quantized.
     """
+    absent = set(expected).difference(inner)
     if not absent:
         return set()
     held = group(prefix + rel for rel in inner)
