@@ -204,10 +204,12 @@ def unpadded_rows(config: Mapping[str, Any], stored_rows: int) -> int | None:
     return None
 
 
-def count_decoder_layers(names: Iterable[str]) -> int:
-    """Number of distinct ``decoder.layers.{k}`` indices among canonical names."""
-    found = {int(m.group(1)) for n in names if (m := DECODER_LAYER.match(n))}
-    return len(found)
+def default_layer_count(config: dict[str, Any], names: Iterable[str]) -> None:
+    """Where no saved config declares ``num_layers``, set it in ``config`` to the number of
+    distinct ``decoder.layers.{k}`` indices among the canonical tensor ``names``."""
+    if "num_layers" not in config:
+        found = {int(m.group(1)) for n in names if (m := DECODER_LAYER.match(n))}
+        config["num_layers"] = len(found)
 
 
 # --- dtypes and bytes -----------------------------------------------------------------------

@@ -55,7 +55,7 @@ from mtpcheck.formats.chunked_read import read_spans, slice_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MegatronReaderBase,
-    count_decoder_layers,
+    default_layer_count,
     is_model_key,
     tensor_chunks,
     unpadded_rows,
@@ -168,8 +168,7 @@ class MegatronDistReader(MegatronReaderBase):
         issues.extend(plan_issues)
         tensors, range_issues = _tensor_metas(directory, plans)
         issues.extend(range_issues)
-        if "num_layers" not in config:
-            config["num_layers"] = count_decoder_layers(list(tensors))
+        default_layer_count(config, tensors)
         return MegatronDistCheckpoint(
             path=str(path),
             config=config,

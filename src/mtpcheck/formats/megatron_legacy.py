@@ -47,7 +47,7 @@ from mtpcheck.formats.megatron_common import (
     MegatronReaderBase,
     args_config,
     canonical_name,
-    count_decoder_layers,
+    default_layer_count,
     is_model_key,
     tensor_chunks,
     unpadded_rows,
@@ -141,8 +141,7 @@ class MegatronLegacyReader(MegatronReaderBase):
         }
         entries = _collect(directory, layout, contents, config, sizes)
         tensors = _tensor_metas(entries, sizes[0])
-        if "num_layers" not in config:
-            config["num_layers"] = count_decoder_layers(list(tensors))
+        default_layer_count(config, tensors)
         return MegatronLegacyCheckpoint(
             path=str(path),
             config=config,
