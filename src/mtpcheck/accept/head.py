@@ -41,7 +41,7 @@ import torch
 from mtpcheck.dtypes import torch_name
 from mtpcheck.errors import InputError
 from mtpcheck.families import ChainHidden, ConcatOrder, Drafter, MtpAnalysis, fill_template
-from mtpcheck.model import Checkpoint
+from mtpcheck.model import Checkpoint, read_whole
 from mtpcheck.params import FUSED_EXPERTS
 
 _FLOAT_DTYPES = {code: getattr(torch, torch_name(code)) for code in ("BF16", "F16", "F32")}
@@ -180,11 +180,7 @@ def read_tensor(ckpt: Checkpoint, name: str) -> torch.Tensor:
     dtype = _FLOAT_DTYPES.get(meta.dtype)
     if dtype is None:
         raise InputError(meta.file, f"{name}: dtype {meta.dtype} is not supported by accept")
-    buf = bytearray(meta.nbytes)
-    pos = 0
-    for chunk in ckpt.read_chunks(name, 1 << 24):
-        buf[pos : pos + len(chunk)] = chunk
-        pos += len(chunk)
+    buf = read_whole(ckpt, name)
     flat = torch.frombuffer(buf, dtype=torch.uint8) if buf else torch.empty(0, dtype=torch.uint8)
     return flat.view(dtype).reshape(meta.shape)
 

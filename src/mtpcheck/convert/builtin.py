@@ -16,7 +16,7 @@ from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
 from mtpcheck.mapping.rules import Kind
 from mtpcheck.mapping.views import backward, forward, load_array, require_complete
-from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader
+from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader, read_whole
 from mtpcheck.ticker import Ticker
 from mtpcheck.torch_threads import configure_torch_threads
 
@@ -104,11 +104,7 @@ def _torch_tensor(ckpt: Checkpoint, name: str) -> Any:
     import torch
 
     meta = ckpt.tensors[name]
-    buf = bytearray(meta.nbytes)
-    pos = 0
-    for chunk in ckpt.read_chunks(name, 1 << 24):
-        buf[pos : pos + len(chunk)] = chunk
-        pos += len(chunk)
+    buf = read_whole(ckpt, name)
     dtype = getattr(torch, torch_name(meta.dtype))
     return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(meta.shape)
 

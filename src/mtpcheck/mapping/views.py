@@ -21,7 +21,7 @@ from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
 from mtpcheck.mapping.rules import Kind
-from mtpcheck.model import Checkpoint, Naming, ReadsSlices, TensorMeta, ViewData
+from mtpcheck.model import Checkpoint, Naming, ReadsSlices, TensorMeta, ViewData, read_whole
 from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import Role, logical_name, quantized_modules
 
@@ -34,11 +34,7 @@ def load_array(ckpt: Checkpoint, name: str, chunk_bytes: int = 1 << 24) -> np.nd
     width = itemsize(meta.dtype)
     if width is None:
         raise MappingError(f"{name}: sub-byte dtype {meta.dtype} cannot be re-laid out")
-    buf = bytearray(meta.nbytes)
-    pos = 0
-    for chunk in ckpt.read_chunks(name, chunk_bytes):
-        buf[pos : pos + len(chunk)] = chunk
-        pos += len(chunk)
+    buf = read_whole(ckpt, name, chunk_bytes)
     array = np.frombuffer(buf, dtype=_UINT[width]).reshape(meta.shape)
     array.flags.writeable = False  # the source's bits: transforms copy, never write
     return array

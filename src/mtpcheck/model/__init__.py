@@ -30,6 +30,7 @@ from mtpcheck.model.checkpoint import (
     Prefetches,
     ReadsSlices,
     RecordsWriter,
+    read_whole,
 )
 from mtpcheck.model.checkpoint_data import CheckpointData, ViewData
 from mtpcheck.model.results import (
@@ -88,5 +89,6 @@ __all__ = [
     "TensorTable",
     "ViewData",
     "files_of",
+    "read_whole",
     "total_nbytes",
 ]

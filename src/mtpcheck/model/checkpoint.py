@@ -85,6 +85,16 @@ class Checkpoint(Protocol):
         ...
 
 
+def read_whole(ckpt: Checkpoint, name: str, chunk_bytes: int = 1 << 24) -> bytearray:
+    """Tensor ``name``'s bytes in one writable buffer, ``chunk_bytes`` read at a time."""
+    buf = bytearray(ckpt.tensors[name].nbytes)
+    pos = 0
+    for chunk in ckpt.read_chunks(name, chunk_bytes):
+        buf[pos : pos + len(chunk)] = chunk
+        pos += len(chunk)
+    return buf
+
+
 @runtime_checkable
 class HasByteSpans(Protocol):
     """A checkpoint that can say where a tensor's bytes lie in its files (writers then copy
