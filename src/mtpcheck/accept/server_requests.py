@@ -127,6 +127,19 @@ def from_counters(
     )
 
 
+def _settled_exactly(
+    server: Server, engine: ServingEngine, before: Reading, ours: int, where: str
+) -> Reading:
+    """:func:`_settled`, where the traffic counter must have moved by exactly ``ours``: any
+    more is another client's requests (:class:`ServerError`)."""
+    assert engine.counters is not None
+    after = _settled(server, engine, before, ours)
+    counted = moved(before, after, engine.counters.traffic, where)
+    if counted != ours:
+        raise _other_traffic(where, engine.counters.traffic, counted, ours)
+    return after
+
+
 def _other_traffic(where: str, name: str, counted: float, ours: int) -> ServerError:
     return ServerError(
         where,
@@ -179,10 +192,7 @@ def send_workload(
             f"{engine.per_request_how}",
         )
     ours = _ours(engine, answers)
-    after = _settled(server, engine, before, ours)
-    counted = moved(before, after, engine.counters.traffic, where)
-    if counted != ours:
-        raise _other_traffic(where, engine.counters.traffic, counted, ours)
+    after = _settled_exactly(server, engine, before, ours, where)
     generated = sum(_generated(a) for a in answers)
     whole = from_counters(engine, before, after, generated, where)
     return Sent(
@@ -234,10 +244,7 @@ def _one_by_one(
     for index, body in enumerate(bodies):
         answer = _complete(server, body)
         ours = _ours(engine, [answer])
-        after = _settled(server, engine, before, ours)
-        counted = moved(before, after, engine.counters.traffic, where)
-        if counted != ours:
-            raise _other_traffic(where, engine.counters.traffic, counted, ours)
+        after = _settled_exactly(server, engine, before, ours, where)
         requests.append(from_counters(engine, before, after, _generated(answer), where))
         progress(index + 1)
         before = after
