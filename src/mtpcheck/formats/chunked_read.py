@@ -21,9 +21,12 @@ def read_tensor_chunks(meta: TensorMeta, chunk_bytes: int) -> Iterator[bytes]:
     if not meta.readable:
         raise InputError(meta.file, f"tensor {meta.name!r} lies past the end of the file")
     span = ByteSpan(meta.file, meta.offset, meta.nbytes)
-    yield from read_spans(
-        [span], chunk_bytes, f"file ended while reading tensor {meta.name!r} (truncated?)"
-    )
+    yield from read_spans([span], chunk_bytes, _ended(meta))
+
+
+def _ended(meta: TensorMeta) -> str:
+    """What a read that meets the end of the file before the tensor's last byte says."""
+    return f"file ended while reading tensor {meta.name!r} (truncated?)"
 
 
 def read_spans(
@@ -152,9 +155,7 @@ class SpanReader:
             while done < want:
                 n = os.preadv(fd, [view[done:]], meta.offset + pos + done)
                 if n == 0:
-                    raise InputError(
-                        meta.file, f"file ended while reading tensor {meta.name!r} (truncated?)"
-                    )
+                    raise InputError(meta.file, _ended(meta))
                 done += n
         except OSError as e:
             raise InputError(meta.file, e.strerror or str(e)) from e
@@ -167,9 +168,7 @@ class SpanReader:
             while len(chunk) < n:
                 more = os.pread(fd, n - len(chunk), meta.offset + pos + len(chunk))
                 if not more:
-                    raise InputError(
-                        meta.file, f"file ended while reading tensor {meta.name!r} (truncated?)"
-                    )
+                    raise InputError(meta.file, _ended(meta))
                 chunk += more
         except OSError as e:
             raise InputError(meta.file, e.strerror or str(e)) from e
