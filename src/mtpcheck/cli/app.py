@@ -193,9 +193,12 @@ def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> i
     return ExitCode.OK if report.ok else ExitCode.FINDINGS
 
 
-def across_ranks(
-    command: str, opts: OutputOptions, run: Callable[[Callable[[Callable[[], Report]], int]], int]
-) -> int:
+RankRun = Callable[[Callable[[Callable[[], Report]], int]], int]
+"""One rank of a torchrun job: called with rank 0's way to report a built :class:`Report`, it
+returns the rank's exit code."""
+
+
+def _across_ranks(command: str, opts: OutputOptions, run: RankRun) -> int:
     """``run`` one rank of a torchrun job with rank 0's ``execute``; its common exit code."""
 
     def on_rank0(build: Callable[[], Report]) -> int:
@@ -212,13 +215,13 @@ def report_and_exit(
     command: str,
     build: Callable[[], Report],
     opts: OutputOptions,
-    across_ranks: Callable[[], int] | None = None,
+    ranked: Callable[[], RankRun] | None = None,
 ) -> NoReturn:
     """End a reporting command: check the output options, then run ``build`` (or, under
-    torchrun, ``across_ranks``) and exit with the code of its outcome."""
+    torchrun, the rank's share that ``ranked`` returns) and exit with the code of its outcome."""
     opts.validate()
-    if across_ranks is not None and under_torchrun():
-        exit_rank(across_ranks())
+    if ranked is not None and under_torchrun():
+        exit_rank(_across_ranks(command, opts, ranked()))
     raise SystemExit(execute(command, build, opts))
 
 

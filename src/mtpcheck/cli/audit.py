@@ -10,7 +10,7 @@ from mtpcheck import api
 from mtpcheck.cli.app import (
     MEGATRON_LAYOUT,
     OutputOptions,
-    across_ranks,
+    RankRun,
     cli,
     output_options,
     report_and_exit,
@@ -96,16 +96,12 @@ def diff(
             log=opts.log,
         )
 
-    def sharded() -> int:
+    def ranked() -> RankRun:
         """The tensor list split across ranks (torch.distributed, gloo); rank 0 reports."""
         from mtpcheck.pipeline.distributed import diff_across_ranks
 
-        return across_ranks(
-            "diff",
-            opts,
-            lambda on_rank0: diff_across_ranks(
-                Path(a), Path(b), all_tensors, opts.trust_pickle, on_rank0, opts.log
-            ),
+        return lambda on_rank0: diff_across_ranks(
+            Path(a), Path(b), all_tensors, opts.trust_pickle, on_rank0, opts.log
         )
 
-    report_and_exit("diff", build, opts, sharded)
+    report_and_exit("diff", build, opts, ranked)

@@ -13,7 +13,7 @@ from mtpcheck.cli.app import (
     DEBUG,
     MEGATRON_LAYOUT,
     OutputOptions,
-    across_ranks,
+    RankRun,
     cli,
     output_options,
     report_and_exit,
@@ -78,17 +78,15 @@ def roundtrip(path: Path, opts: OutputOptions, **settings: Any) -> None:
     def build() -> Report:
         return api.roundtrip(path, trust_pickle=opts.trust_pickle, log=opts.log, **settings)
 
-    def sharded() -> int:
+    def ranked() -> RankRun:
         """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
         from mtpcheck.pipeline.distributed import roundtrip_across_ranks
         from mtpcheck.pipeline.roundtrip import RoundtripOptions
 
         options = RoundtripOptions(source=path, trust_pickle=opts.trust_pickle, **settings)
-        return across_ranks(
-            "roundtrip", opts, lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
-        )
+        return lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
 
-    report_and_exit("roundtrip", build, opts, sharded)
+    report_and_exit("roundtrip", build, opts, ranked)
 
 
 @cli.group()
