@@ -334,6 +334,22 @@ def test_an_unindexed_shard_in_the_repository_is_reported(
     )
 
 
+def test_a_shard_the_index_names_and_the_repository_lacks_reads_as_on_disk(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    """One rule holds a repository's shards to its index and a folder's: only the words for
+    where a shard is differ."""
+    lacking = tmp_path / "lacking"
+    shutil.copytree(FIXTURES / "deepseek_v3", lacking)
+    (lacking / "model-00002-of-00002.safetensors").unlink()
+    hub.add("org/lacking", lacking)
+    local = _findings(_report(run_cli("inspect", str(lacking), "--format", "json")))
+    remote = _findings(_report(run_cli("inspect", "hf://org/lacking", "--format", "json")))
+    on_disk = "index names shard model-00002-of-00002.safetensors (34 tensors) but "
+    assert local["integrity"] == [("fail", on_disk + "the file is missing")]
+    assert remote["integrity"] == [("fail", on_disk + "the repository lacks it")]
+
+
 def test_shards_without_an_index_holding_a_tensor_twice(
     run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -22,18 +22,17 @@ from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import SpanReader, read_spans, read_tensor_chunks, slice_spans
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
+from mtpcheck.formats.safetensors_shards import ShardPlace, cross_checked, shard_tensors, written_as
 from mtpcheck.model import (
     ByteSpan,
     CheckpointData,
-    IntegrityIssue,
     Naming,
-    TensorMeta,
-    TensorTable,
     files_of,
 )
 
 INDEX_SUFFIX = ".safetensors.index.json"
 FORMAT = "hf-safetensors"
+_BESIDE_THE_INDEX = ShardPlace(absent="the file is missing", present="sits beside the index")
 QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
@@ -94,11 +93,10 @@ class HfSafetensorsReader:
         quant_file = root / QUANT_CONFIG_FILE
         quant_config = read_config(quant_file) if quant_file.exists() else None
         with _gc_paused():
-            if index_file is not None:
-                tensors, issues, headers = _open_indexed(root, index_file)
-            else:
-                shards = [single] if single else sorted(root.glob("*.safetensors"))
-                tensors, issues, headers = _open_unindexed(shards)
+            weight_map = None if index_file is None else read_index(index_file)
+            headers = _read_headers(root, weight_map, single)
+            present = (p.name for p in root.glob("*.safetensors"))
+            tensors, issues = shard_tensors(weight_map, headers, present, _BESIDE_THE_INDEX)
         return HfCheckpoint(
             path=str(path),
             config=config,
@@ -107,15 +105,20 @@ class HfSafetensorsReader:
             issues=tuple(issues),
             cross_checked=cross_checked(index_file is not None, len(files_of(tensors))),
             quant_config=quant_config,
-            written_as=written_as(headers),
+            written_as=written_as(headers.values()),
         )
 
 
-def cross_checked(indexed: bool, files: int) -> str:
-    """What opening a safetensors checkpoint checked, in words."""
-    if indexed:
-        return "headers and index"
-    return "header" if files <= 1 else "headers (no index)"
+def _read_headers(
+    root: Path, weight_map: Mapping[str, str] | None, single: Path | None
+) -> dict[str, ShardHeader]:
+    """By shard name, the headers of the shards the index names that are there, or without an
+    index of ``single`` or of every shard in ``root``."""
+    if weight_map is not None:
+        named = sorted(set(weight_map.values()))
+        return {s: read_header(str(root / s)) for s in named if (root / s).exists()}
+    shards = [single] if single else sorted(root.glob("*.safetensors"))
+    return {p.name: read_header(str(p)) for p in shards}
 
 
 @contextmanager
@@ -238,180 +241,3 @@ def _weight_map_of(index_file: Path, text: str) -> dict[str, str]:
     if not isinstance(weight_map, dict) or not set(map(type, weight_map.values())) <= {str}:
         raise InputError(index_file, "index has no weight_map object of tensor name -> shard file")
     return weight_map
-
-
-def written_as(headers: Iterable[ShardHeader]) -> frozenset[str]:
-    """The ``format`` values the shards' ``__metadata__`` record."""
-    return frozenset(h.metadata["format"] for h in headers if "format" in h.metadata)
-
-
-def _open_indexed(
-    root: Path, index_file: Path
-) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue], list[ShardHeader]]:
-    weight_map = read_index(index_file)
-    issues: list[IntegrityIssue] = []
-    headers: dict[str, ShardHeader] = {}
-    for shard in sorted(set(weight_map.values())):
-        shard_path = root / shard
-        if not shard_path.exists():
-            expected = sorted(n for n, s in weight_map.items() if s == shard)
-            issues.append(
-                IntegrityIssue(
-                    "missing-shard",
-                    shard,
-                    f"index names shard {shard} ({len(expected)} tensors) but the file is missing",
-                )
-            )
-            continue
-        headers[shard] = read_header(str(shard_path))
-    issues.extend(truncation_issues(headers.values()))
-    tensors = indexed_tensors(weight_map, headers, issues)
-    named = set(weight_map.values())
-    issues.extend(
-        IntegrityIssue(
-            "unindexed-shard",
-            extra.name,
-            f"{extra.name} sits beside the index but the index does not mention it",
-        )
-        for extra in sorted(root.glob("*.safetensors"))
-        if extra.name not in named
-    )
-    return tensors, issues, list(headers.values())
-
-
-def indexed_tensors(
-    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
-) -> Mapping[str, TensorMeta]:
-    """The tensors loaders see through the index; disagreements with the headers are added to
-    ``issues``."""
-    tensors = _as_indexed(weight_map, headers)
-    return tensors if tensors is not None else _reconcile(weight_map, headers, issues)
-
-
-def _as_indexed(weight_map: dict[str, str], headers: dict[str, ShardHeader]) -> TensorTable | None:
-    """The usual case, checked in bulk: every shard is present and holds exactly the tensors
-    the index gives it. Returns the tensors in name order, or None (then :func:`_reconcile`
-    works out and words what disagrees)."""
-    # Each header's names all map to that header's shard, and the counts agree: then no name
-    # is in two shards, none is unindexed, and every indexed name is held (a bijection).
-    if sum(len(h.columns.names) for h in headers.values()) != len(weight_map):
-        return None
-    for shard, header in headers.items():
-        if not all(map(shard.__eq__, map(weight_map.get, header.columns.names))):
-            return None
-    return TensorTable.of(h.columns for h in headers.values())
-
-
-def _reconcile(
-    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
-) -> dict[str, TensorMeta]:
-    """Index and shard headers disagree: the tensors loaders would see, each issue named."""
-    tensors: dict[str, TensorMeta] = {}
-    holders: dict[str, list[str]] = {}
-    for shard, header in headers.items():
-        for name in header.tensors:
-            holders.setdefault(name, []).append(shard)
-    for name, shard in sorted(weight_map.items()):
-        if shard not in headers:
-            continue
-        where = holders.get(name, [])
-        if shard in where:
-            tensors[name] = headers[shard].tensors[name]
-        elif where:
-            issues.append(
-                IntegrityIssue(
-                    "index-wrong-shard",
-                    name,
-                    f"index places {name} in {shard}, but it is in {', '.join(where)}",
-                )
-            )
-            tensors[name] = headers[where[0]].tensors[name]
-        else:
-            issues.append(
-                IntegrityIssue(
-                    "tensor-not-in-shard", name, f"index places {name} in {shard}, which lacks it"
-                )
-            )
-    for name, where in sorted(holders.items()):
-        if len(where) > 1:
-            issues.append(
-                IntegrityIssue(
-                    "tensor-in-two-shards", name, f"{name} is stored in {' and '.join(where)}"
-                )
-            )
-        if name not in weight_map:
-            issues.append(
-                IntegrityIssue(
-                    "unindexed-tensor",
-                    name,
-                    f"{name} is in {where[0]} but not in the index (loaders will not see it)",
-                )
-            )
-    return tensors
-
-
-def _open_unindexed(
-    shards: list[Path],
-) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue], list[ShardHeader]]:
-    headers = [read_header(str(p)) for p in shards]
-    tensors, issues = unindexed_tensors(headers)
-    return tensors, [*truncation_issues(headers), *issues], headers
-
-
-def unindexed_tensors(
-    headers: Iterable[ShardHeader],
-) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
-    """Shards without an index, merged; a name stored in two shards is an issue, and the
-    first shard's copy is the one loaders see."""
-    headers = list(headers)
-    table = TensorTable.of(h.columns for h in headers)
-    if table is not None:
-        return table, []
-    issues: list[IntegrityIssue] = []
-    tensors: dict[str, TensorMeta] = {}
-    for header in headers:
-        for name, meta in header.tensors.items():
-            if name in tensors:
-                first = Path(tensors[name].file).name
-                issues.append(
-                    IntegrityIssue(
-                        "tensor-in-two-shards",
-                        name,
-                        f"{name} is stored in {first} and {Path(header.path).name}",
-                    )
-                )
-                continue
-            tensors[name] = meta
-    return tensors, issues
-
-
-def _few(names: list[str], shown: int = 4) -> str:
-    rest = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
-
-
-def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
-    """The shards whose data ends before their header says (truncated) or after it (trailing
-    bytes)."""
-    issues = []
-    for header in headers:
-        name = Path(header.path).name
-        if header.truncated:
-            cut = sorted(n for n, m in header.tensors.items() if not m.readable)
-            issues.append(
-                IntegrityIssue(
-                    "truncated-shard",
-                    name,
-                    f"{name} is truncated: header declares {header.data_bytes_declared} data "
-                    f"bytes, the file holds {header.data_bytes_on_disk} "
-                    f"({len(cut)} tensors cut off: {_few(cut)})",
-                )
-            )
-        elif header.data_bytes_on_disk > header.data_bytes_declared:
-            extra = header.data_bytes_on_disk - header.data_bytes_declared
-            issues.append(
-                IntegrityIssue(
-                    "trailing-bytes", name, f"{name} has {extra} bytes after the last tensor"
-                )
-            )
-    return issues

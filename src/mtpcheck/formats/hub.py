@@ -24,19 +24,16 @@ from urllib.parse import quote
 
 from mtpcheck.errors import HeaderError, InputError
 from mtpcheck.formats.config_json import read_config
-from mtpcheck.formats.hf_safetensors import (
-    INDEX_SUFFIX,
-    HfSafetensorsReader,
-    cross_checked,
-    indexed_tensors,
-    read_index,
-    truncation_issues,
-    unindexed_tensors,
-    written_as,
-)
+from mtpcheck.formats.hf_safetensors import INDEX_SUFFIX, HfSafetensorsReader, read_index
 from mtpcheck.formats.hub_ref import HubRef
 from mtpcheck.formats.safetensors_header import ShardHeader, parse_header_bytes
-from mtpcheck.model import Checkpoint, CheckpointData, IntegrityIssue, Naming, files_of
+from mtpcheck.formats.safetensors_shards import (
+    ShardPlace,
+    cross_checked,
+    shard_tensors,
+    written_as,
+)
+from mtpcheck.model import Checkpoint, CheckpointData, Naming, files_of
 from mtpcheck.units import human_size
 
 MAX_HEADER_BYTES = 100 * 2**20
@@ -47,6 +44,7 @@ RETRIES = 4
 BACKOFF_S = 0.5
 INDEX_FILE = "model" + INDEX_SUFFIX
 SINGLE_FILE = "model.safetensors"
+_IN_THE_REPOSITORY = ShardPlace(absent="the repository lacks it", present="is in the repository")
 
 
 @dataclass
@@ -305,29 +303,7 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
     config_path: str | None = None
     if "config.json" in local:
         config, config_path = read_config(local["config.json"]), f"{ref}/config.json"
-    issues = [
-        IntegrityIssue(
-            "missing-shard", shard, f"index names shard {shard} but the repository lacks it"
-        )
-        for shard in wanted
-        if shard not in files
-    ]
-    issues.extend(truncation_issues(headers.values()))
-    if weight_map:
-        tensors = indexed_tensors(weight_map, headers, issues)
-        named = set(weight_map.values())
-        issues.extend(
-            IntegrityIssue(
-                "unindexed-shard",
-                extra,
-                f"{extra} is in the repository but the index does not mention it",
-            )
-            for extra in shards
-            if extra not in named
-        )
-    else:
-        tensors, duplicates = unindexed_tensors(headers.values())
-        issues.extend(duplicates)
+    tensors, issues = shard_tensors(weight_map or None, headers, shards, _IN_THE_REPOSITORY)
     return HubCheckpoint(
         path=str(ref),
         config=config,
