@@ -31,9 +31,9 @@ ALLOWED: dict[str, set[str]] = {
     "extras": {"errors"},
     "ticker": {"units"},
     "formats": {"model", "errors", "dtypes", "chunks", "units"},
-    "params": {"model", "dtypes"},
+    "params": {"model", "dtypes", "units"},
     "families": {"model", "errors", "dtypes", "params"},
-    "mapping": {"layouts", "model", "errors", "dtypes", "chunks", "families", "params"},
+    "mapping": {"layouts", "model", "errors", "dtypes", "chunks", "families", "params", "units"},
     "checks": {
         "layouts",
         "writers",
@@ -44,6 +44,7 @@ ALLOWED: dict[str, set[str]] = {
         "families",
         "mapping",
         "params",
+        "units",
     },
     "convert": {
         "model",
@@ -79,6 +80,7 @@ ALLOWED: dict[str, set[str]] = {
         "ticker",
         "params",
         "torch_threads",
+        "units",
     },
     "api": {"layouts", "model", "errors", "extras", "formats", "checks", "pipeline", "accept"},
     "testing": {"api", "model"},

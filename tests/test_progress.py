@@ -86,6 +86,16 @@ def test_units() -> None:
     assert [human_duration(s) for s in (42, 210, 4320)] == ["42 s", "3.5 min", "1.2 h"]
 
 
+def test_a_long_list_is_cut_short_one_way_everywhere() -> None:
+    from mtpcheck.units import first_few
+
+    names = ["a", "b", "c", "d", "e"]
+    assert first_few(names, 3) == "a, b, c and 2 more"
+    assert first_few(names, 3, counted=False) == "a, b, c ..."
+    assert first_few(names, 5) == first_few(names, 5, counted=False) == "a, b, c, d, e"
+    assert first_few([1, 2], 1) == "1 and 1 more"
+
+
 def test_converters_report_progress(monkeypatch, tmp_path) -> None:
     from mtpcheck import ticker
     from mtpcheck.convert.builtin import hf_to_megatron, megatron_to_hf

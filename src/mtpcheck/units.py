@@ -1,6 +1,8 @@
-"""Sizes and durations as people read them (leaf module)."""
+"""Sizes, durations and long lists as people read them (leaf module)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 def human_size(nbytes: float) -> str:
@@ -18,3 +20,12 @@ def human_duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.0f} s"
+
+
+def first_few(items: Sequence[object], shown: int, *, counted: bool = True) -> str:
+    """The first ``shown`` of ``items`` in a message: ``a, b, c and 4 more``, or ``a, b, c ...``
+    where the message gives the count itself (not ``counted``)."""
+    head = ", ".join(map(str, items[:shown]))
+    if len(items) <= shown:
+        return head
+    return f"{head} and {len(items) - shown} more" if counted else f"{head} ..."

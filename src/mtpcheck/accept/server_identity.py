@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from mtpcheck.accept.server_engines import ENGINES, ServingEngine
 from mtpcheck.accept.server_http import Server, ServerError
 from mtpcheck.accept.server_metrics import Reading, scrape
+from mtpcheck.units import first_few
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def _by_names(reading: Reading, where: str) -> ServingEngine:
     if len(found) == 1:
         return found[0]
     names = sorted(reading.names())
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    shown = first_few(names, 5)
     known = ", ".join(f"{e.metric_prefix}* ({e.key})" for e in ENGINES.values())
     raise ServerError(
         where,

@@ -26,6 +26,7 @@ from mtpcheck.model import (
     TensorStatus,
 )
 from mtpcheck.params import Rounding, Scheme, declared_scheme
+from mtpcheck.units import first_few
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 Measured = tuple[list[tuple[Finding, TensorComparison]], set[str]]
@@ -207,7 +208,7 @@ def align_formats(
 
 
 def _outside_finding(outside: Sequence[str], other: str) -> Finding:
-    few = ", ".join(outside[:3]) + (", ..." if len(outside) > 3 else "")
+    few = first_few(outside, 3, counted=False)
     return Finding(
         "outside the mapping",
         Status.SKIP,

@@ -28,6 +28,7 @@ from mtpcheck.model import (
 )
 from mtpcheck.model.checkpoint import DraftsBeside
 from mtpcheck.params import declared_scheme
+from mtpcheck.units import first_few
 from mtpcheck.writers import writer_of
 
 
@@ -119,7 +120,7 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
 
 
 def _why_incomplete(layer: MtpLayerReport) -> str:
-    parts = [f"lacks {_few(layer.missing, 2)}"] if layer.missing else []
+    parts = [f"lacks {first_few(layer.missing, 2, counted=False)}"] if layer.missing else []
     if layer.unreadable:
         parts.append(f"has {len(layer.unreadable)} unreadable")
     return f"mtp layer {layer.index} " + " and ".join(parts)
@@ -154,13 +155,12 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
             total = len(layer.present) + len(layer.missing)
             parts = []
             if layer.missing:
-                parts.append(
-                    f"{len(layer.missing)} of {total} tensors missing: {_few(layer.missing)}"
-                )
+                missing = first_few(layer.missing, 4, counted=False)
+                parts.append(f"{len(layer.missing)} of {total} tensors missing: {missing}")
             if layer.unreadable:
                 parts.append(
                     f"{len(layer.unreadable)} of {total} tensors unreadable (their bytes are cut "
-                    f"off): {_few(layer.unreadable)}"
+                    f"off): {first_few(layer.unreadable, 4, counted=False)}"
                 )
             details = {**details, "unreadable": list(layer.unreadable)}
             findings.append(Finding(subject, Status.FAIL, f"{where}: {'; '.join(parts)}", details))
@@ -181,10 +181,6 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
     if not findings:
         findings.append(Finding("mtp layers", Status.SKIP, "no MTP layers present"))
     return CheckResult("mtp-layers", "MTP layer completeness", tuple(findings))
-
-
-def _few(names: tuple[str, ...], shown: int = 4) -> str:
-    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
 
 
 def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:

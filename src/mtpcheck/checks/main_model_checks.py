@@ -36,6 +36,7 @@ from mtpcheck.model import (
 )
 from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import stored_forms
+from mtpcheck.units import first_few
 
 NAME = "main-model"
 TITLE = "Main model held to its config"
@@ -44,12 +45,6 @@ _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
 """Kind facts about the MLP alone: layers differing only there share their other modules."""
 _Kind = tuple[tuple[str, str], ...]
 """A layer's kind: (fact, value) pairs."""
-
-
-def _few(names: list[str], shown: int = 4) -> str:
-    return ", ".join(names[:shown]) + (
-        f" and {len(names) - shown} more" if len(names) > shown else ""
-    )
 
 
 def _kind_key(layout: MainLayout, k: int, routed: bool | None) -> _Kind:
@@ -246,8 +241,8 @@ def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
 
 
 def _layers_named(layers: list[int]) -> str:
-    shown = ", ".join(map(str, layers[:3])) + (" ..." if len(layers) > 3 else "")
-    return ("main layer " if len(layers) == 1 else "main layers ") + shown
+    named = first_few(layers, 3, counted=False)
+    return ("main layer " if len(layers) == 1 else "main layers ") + named
 
 
 def _layer_problems(
@@ -279,7 +274,7 @@ def _layer_problems(
     if lacking:
         problems.append(
             f"{len(lacking)} tensor(s) of its kind missing (as {_layers_named(peers)} "
-            f"{'holds' if len(peers) == 1 else 'hold'} them): {_few(lacking)}"
+            f"{'holds' if len(peers) == 1 else 'hold'} them): {first_few(lacking, 4)}"
         )
     if not peers and any(layout.kinds):
         # only where the config tells kinds apart: a hybrid stack it does not describe
@@ -328,7 +323,7 @@ def _block_problems(
             where = f"its {block}" if block else "the layer's own"
             problems.append(
                 f"{len(lacking)} tensor(s) of {where} missing (as {_layers_named(holders)} "
-                f"{'holds' if len(holders) == 1 else 'hold'} them): {_few(lacking)}"
+                f"{'holds' if len(holders) == 1 else 'hold'} them): {first_few(lacking, 4)}"
             )
     return problems
 
@@ -355,7 +350,7 @@ def _against_blocks(layer: MainLayer, blocks: list[tuple[str, MainLayer]]) -> li
             where = ", ".join(p for p, _ in alike)
             problems.append(
                 f"{len(lacking)} tensor(s) of its {block} missing (as the MTP block {where} "
-                f"mirroring it holds them): {_few(lacking)}"
+                f"mirroring it holds them): {first_few(lacking, 4)}"
             )
     return problems
 
@@ -418,7 +413,7 @@ def _expert_problems(k: int, layout: MainLayout, layer: MainLayer) -> list[str]:
     if missing:
         problems.append(
             f"{len(missing)} of {count} routed experts missing: expert(s) "
-            + _few([str(e) for e in missing], 8)
+            + first_few([str(e) for e in missing], 8)
         )
     for e in held:
         lacks = sorted(parts - layer.experts[e])

@@ -9,12 +9,13 @@ then left uninitialised (vLLM #37667: 0 % acceptance).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
 from mtpcheck.params import LogicalParam, Method, Scheme, group, stored_forms
 from mtpcheck.params.storage import Storage, describe_storages, is_matrix, storage_of
+from mtpcheck.units import first_few
 
 NAME = "mtp-quantization"
 TITLE = "MTP storage against the quantization config"
@@ -38,11 +39,6 @@ def _scheme_words(scheme: Scheme) -> str:
     if scheme.group_size:
         words += f", group {scheme.group_size}"
     return words
-
-
-def _few(modules: Sequence[str]) -> str:
-    more = len(modules) - _SHOWN
-    return ", ".join(modules[:_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def quantization_check(
@@ -116,7 +112,7 @@ def _undeclared(subject: str, own: _Own, scheme: Scheme, stored: str) -> list[Fi
     if not modules:
         return []
     message = (
-        f"{_few(modules)}: stored quantized ({stored}), but the config declares no "
+        f"{first_few(modules, _SHOWN)}: stored quantized ({stored}), but the config declares no "
         "quantization_config, so engines build them in full precision and cannot load them"
     )
     return [Finding(subject, Status.FAIL, message, {"modules": modules})]
@@ -134,8 +130,8 @@ def _ignored_but_packed(subject: str, own: _Own, scheme: Scheme, stored: str) ->
     modules = [m for m, _ in ignored]
     entry = ignored[0][1]
     message = (
-        f"{_few(modules)}: stored quantized ({stored}), but quantization_config ignores "
-        f"them (entry {entry!r}), so engines build them unquantized and cannot load them"
+        f"{first_few(modules, _SHOWN)}: stored quantized ({stored}), but quantization_config "
+        f"ignores them (entry {entry!r}), so engines build them unquantized and cannot load them"
     )
     return [Finding(subject, Status.FAIL, message, {"modules": modules, "entry": entry})]
 
@@ -157,7 +153,7 @@ def _plain_but_quantized(
     if not modules:
         return []
     message = (
-        f"{_few(modules)}: stored {stored}, but quantization_config "
+        f"{first_few(modules, _SHOWN)}: stored {stored}, but quantization_config "
         f"({_scheme_words(scheme)}) quantizes them as it does the main layers ({main}) "
         "and no ignore entry matches, so engines build them quantized and cannot load "
         "these weights"

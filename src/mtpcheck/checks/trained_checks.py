@@ -37,6 +37,7 @@ from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
 from mtpcheck.params import Role, logical_name, quantized_modules
+from mtpcheck.units import first_few
 
 PREFIX_BYTES = 4096
 SAMPLE_BYTES = 256 * 1024
@@ -91,7 +92,8 @@ def _layer_findings(
                 subject,
                 Status.FAIL,
                 f"all {len(norms)} norms hold their initial value ({' or '.join(values)} in "
-                f"every element: {_few(at_init)}): the layer was initialised, not trained",
+                f"every element: {first_few(at_init, 3, counted=False)}): the layer was "
+                "initialised, not trained",
                 {"norms_at_init": at_init},
             )
         )
@@ -101,7 +103,7 @@ def _layer_findings(
                 subject,
                 Status.WARN,
                 f"{len(at_init)} of {len(norms)} norms hold their initial value in every "
-                f"element ({_few(at_init)})",
+                f"element ({first_few(at_init, 3, counted=False)})",
                 {"norms_at_init": at_init},
             )
         )
@@ -113,7 +115,8 @@ def _layer_findings(
                 subject,
                 Status.FAIL,
                 f"{len(copied)} block tensor(s) byte-identical to a main layer's "
-                f"({_few([f'{n} = {m}' for n, m in copied])}): copied, not trained",
+                f"({first_few([f'{n} = {m}' for n, m in copied], 3, counted=False)}): copied, "
+                "not trained",
                 {"copied_from": dict(copied)},
             )
         )
@@ -124,8 +127,8 @@ def _layer_findings(
                 subject,
                 Status.WARN,
                 f"{len(fresh)} projection(s) have the statistics of a fresh initialisation "
-                f"({_few(fresh)}: mean ~0, std {_fmt(stds)}), unlike the main layers' "
-                f"({reference})",
+                f"({first_few(fresh, 3, counted=False)}: mean ~0, std {_fmt(stds)}), unlike the "
+                f"main layers' ({reference})",
                 {"initialised_like": fresh},
             )
         )
@@ -343,7 +346,3 @@ def _fresh_statistics(
 
 def _fmt(stds: Sequence[float]) -> str:
     return " or ".join(f"{s:.3g}" for s in stds)
-
-
-def _few(names: Sequence[str], shown: int = 3) -> str:
-    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")

@@ -27,6 +27,7 @@ from mtpcheck.dtypes import DTYPES
 from mtpcheck.errors import InputError
 from mtpcheck.formats.chunked_read import read_tensor_chunks
 from mtpcheck.model import CheckpointData, IntegrityIssue, Naming, TensorMeta
+from mtpcheck.units import first_few
 
 FORMAT = "gguf"
 MAGIC = b"GGUF"
@@ -161,7 +162,7 @@ def _truncated(file: _File) -> tuple[IntegrityIssue, ...]:
     cut = file.unreadable
     if not cut:
         return ()
-    few = ", ".join(cut[:3]) + (" ..." if len(cut) > 3 else "")
+    few = first_few(cut, 3, counted=False)
     name = file.path.name
     message = f"{name} ends before the bytes of {len(cut)} tensor(s) ({few})"
     return (IntegrityIssue("truncated-file", name, message),)

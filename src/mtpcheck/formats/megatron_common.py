@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from mtpcheck.errors import InputError
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER
 from mtpcheck.formats.torch_dist_keys import canonical_name as canonical_name  # re-exported
+from mtpcheck.units import first_few
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_FILE = "run_config.yaml"
@@ -140,7 +141,7 @@ def no_iteration_error(path: Path, what: str) -> InputError:
     """The error for a directory that holds neither a checkpoint nor a tracker file."""
     found = iteration_dirs(path)
     if found:
-        names = ", ".join(p.name for p in found[:3]) + (", ..." if len(found) > 3 else "")
+        names = first_few([p.name for p in found], 3, counted=False)
         return InputError(
             path, f"no {TRACKER_FILE}; pass one of the iteration directories ({names})"
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mtpcheck.formats.safetensors_header import ShardHeader
 from mtpcheck.model import IntegrityIssue, TensorMeta, TensorTable
+from mtpcheck.units import first_few
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,6 @@ def unindexed_tensors(
     return tensors, issues
 
 
-def _few(names: list[str], shown: int = 4) -> str:
-    rest = len(names) - shown
-    return ", ".join(names[:shown]) + (f" and {rest} more" if rest > 0 else "")
-
-
 def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
     """The shards whose data ends before their header says (truncated) or after it (trailing
     bytes)."""
@@ -197,7 +193,7 @@ def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
                     name,
                     f"{name} is truncated: header declares {header.data_bytes_declared} data "
                     f"bytes, the file holds {header.data_bytes_on_disk} "
-                    f"({len(cut)} tensors cut off: {_few(cut)})",
+                    f"({len(cut)} tensors cut off: {first_few(cut, 4)})",
                 )
             )
         elif header.data_bytes_on_disk > header.data_bytes_declared:

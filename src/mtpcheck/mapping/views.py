@@ -8,7 +8,7 @@ formats without knowing about them, and the built-in converter writes from them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from mtpcheck.mapping.rules import Kind
 from mtpcheck.model import Checkpoint, Naming, ReadsSlices, TensorMeta, ViewData, read_whole
 from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import Role, logical_name, quantized_modules
+from mtpcheck.units import first_few
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -320,12 +321,11 @@ def require_complete(plan: Plan, where: str) -> None:
         raise InputError(
             where,
             f"the source is quantized: {len(parts)} tensor(s) are quantization parts "
-            f"({_few(parts)}); the mapping converts full-precision weights only",
+            f"({first_few(parts, 5, counted=False)}); the mapping converts full-precision "
+            "weights only",
         )
     raise InputError(
-        where, f"{len(plan.unmapped)} tensor(s) have no Megatron counterpart: {_few(plan.unmapped)}"
+        where,
+        f"{len(plan.unmapped)} tensor(s) have no Megatron counterpart: "
+        f"{first_few(plan.unmapped, 5, counted=False)}",
     )
-
-
-def _few(names: Sequence[str]) -> str:
-    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")

@@ -11,6 +11,7 @@ from mtpcheck.params.encodings import Encoding, encoding_of, label_of
 from mtpcheck.params.grouping import LogicalParam
 from mtpcheck.params.parts import Role
 from mtpcheck.params.scheme import Scheme
+from mtpcheck.units import first_few
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,5 @@ def describe_storages(stored: Iterable[tuple[str, Storage]], shown: int = 3) -> 
     for label, names in sorted(by_label.items()):
         if label != first:
             names = sorted(names)
-            more = f" and {len(names) - shown} more" if len(names) > shown else ""
-            rest.append(f"{label}: {', '.join(names[:shown])}{more}")
+            rest.append(f"{label}: {first_few(names, shown)}")
     return f"{first} ({'; '.join(rest)})"
