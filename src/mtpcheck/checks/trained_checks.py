@@ -30,11 +30,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mtpcheck.chunks import rechunk
+from mtpcheck.checks.tensor_match import compare
 from mtpcheck.dtypes import itemsize, unpack_floats
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.name_templates import NameTemplate
-from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status
+from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status, TensorStatus
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
 from mtpcheck.params import Role, logical_name, quantized_modules
 from mtpcheck.units import first_few
@@ -180,13 +180,6 @@ def _head(ckpt: Checkpoint, name: str, limit: int) -> bytes:
     return bytes(data)
 
 
-def _same_bytes(ckpt: Checkpoint, a: str, b: str) -> bool:
-    size = 1 << 20
-    left = rechunk(ckpt.read_chunks(a, size), size)
-    right = rechunk(ckpt.read_chunks(b, size), size)
-    return all(x == y for x, y in zip(left, right, strict=True))
-
-
 def _main_prefixes(analysis: MtpAnalysis) -> list[str]:
     family, hidden = analysis.family, analysis.num_hidden_layers
     if family is None or hidden is None:
@@ -241,19 +234,11 @@ def _copied(
             if other in mtp:  # an MTP layer counted among the main ones (Ling-V2)
                 continue
             meta = ckpt.tensors.get(other)
-            if (
-                meta is None
-                or not meta.readable
-                or (meta.shape, meta.dtype)
-                != (
-                    mine.shape,
-                    mine.dtype,
-                )
-            ):
+            if meta is None or not meta.readable or meta.dtype != mine.dtype:
                 continue
-            if _head(ckpt, other, PREFIX_BYTES) != head:
-                continue
-            if _same_bytes(ckpt, name, other):
+            if meta.shape != mine.shape or _head(ckpt, other, PREFIX_BYTES) != head:
+                continue  # the bytes are compared only where the first ones agree
+            if compare(ckpt, name, ckpt, other).status is TensorStatus.EQUAL:
                 found.append((name, other))
                 break
     return found
