@@ -350,6 +350,29 @@ def test_a_shard_the_index_names_and_the_repository_lacks_reads_as_on_disk(
     assert remote["integrity"] == [("fail", on_disk + "the repository lacks it")]
 
 
+def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
+) -> None:
+    """Loaders read the shards an index names: one naming none loads no weight at all, so the
+    shards beside it are not read as shards without an index."""
+    empty = tmp_path / "empty"
+    shutil.copytree(FIXTURES / "deepseek_v3", empty)
+    index = empty / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    hub.add("org/empty", empty)
+    local = run_cli("inspect", str(empty), "--format", "json")
+    remote = run_cli("inspect", "hf://org/empty", "--format", "json")
+    assert (local.exit_code, remote.exit_code) == (1, 1), remote.stderr
+    shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    unnamed = "{} {} but the index does not mention it"
+    assert _findings(_report(local))["integrity"] == [
+        ("fail", unnamed.format(s, "sits beside the index")) for s in shards
+    ]
+    assert _findings(_report(remote))["integrity"] == [
+        ("fail", unnamed.format(s, "is in the repository")) for s in shards
+    ]
+
+
 def test_shards_without_an_index_holding_a_tensor_twice(
     run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path
 ) -> None:

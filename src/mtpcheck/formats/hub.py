@@ -293,24 +293,24 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
         }
         pending = {shard: pool.submit(_header, client, shard) for shard in shards}
         local = {name: job.result() for name, job in small.items()}
-        weight_map: dict[str, str] = {}
+        weight_map: dict[str, str] | None = None  # no index: every shard is read
         if INDEX_FILE in local:
             weight_map = read_index(local[INDEX_FILE])
             _check_shard_names(ref, weight_map)
-        wanted = sorted(set(weight_map.values())) if weight_map else shards
+        wanted = shards if weight_map is None else sorted(set(weight_map.values()))
         headers = {shard: pending[shard].result() for shard in wanted if shard in pending}
     config: dict[str, Any] = {}
     config_path: str | None = None
     if "config.json" in local:
         config, config_path = read_config(local["config.json"]), f"{ref}/config.json"
-    tensors, issues = shard_tensors(weight_map or None, headers, shards, _IN_THE_REPOSITORY)
+    tensors, issues = shard_tensors(weight_map, headers, shards, _IN_THE_REPOSITORY)
     return HubCheckpoint(
         path=str(ref),
         config=config,
         config_path=config_path,
         tensors=tensors,
         issues=tuple(issues),
-        cross_checked=cross_checked(bool(weight_map), len(headers)),
+        cross_checked=cross_checked(weight_map is not None, len(headers)),
         ref=ref,
         commit=commit,
         files=files,
