@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from mtpcheck.formats.hub_ref import HubRef, parse_ref
-from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit
+from mtpcheck.formats.safetensors_header import read_header
+from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit, write_safetensors
 from tests.hub_server import FakeHub, HubServer
 from tests.test_families_2026 import FAMILIES_2026
 
@@ -371,6 +372,77 @@ def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
     assert _findings(_report(remote))["integrity"] == [
         ("fail", unnamed.format(s, "is in the repository")) for s in shards
     ]
+
+
+SHARD1 = "model-00001-of-00002.safetensors"
+SHARD2 = "model-00002-of-00002.safetensors"
+EMBED = "model.embed_tokens.weight"  # in SHARD1 of deepseek_v3
+
+
+def _reindex(change: Any) -> Any:
+    def damage(root: Path) -> None:
+        index = root / "model.safetensors.index.json"
+        body = json.loads(index.read_text())
+        change(body["weight_map"])
+        index.write_text(json.dumps(body))
+
+    return damage
+
+
+def _embed_in_both_shards(root: Path) -> None:
+    """Shard 2 rewritten to hold shard 1's embedding as well."""
+    tensors = {}
+    for shard in (SHARD1, SHARD2):
+        header = read_header(str(root / shard))
+        with open(root / shard, "rb") as f:
+            for name, meta in header.tensors.items():
+                if shard == SHARD2 or name == EMBED:
+                    f.seek(meta.offset)
+                    tensors[name] = (meta.dtype, list(meta.shape), f.read(meta.nbytes))
+    write_safetensors(root / SHARD2, tensors)
+
+
+def _truncate(root: Path) -> None:
+    with open(root / SHARD2, "r+b") as f:
+        f.truncate((root / SHARD2).stat().st_size - 100)
+
+
+INDEX_DAMAGE = {
+    "a shard missing": lambda root: (root / SHARD2).unlink(),
+    "a shard the index does not name": lambda root: shutil.copy(
+        FIXTURES / "mimo" / "model.safetensors", root / "stray.safetensors"
+    ),
+    "an index that maps nothing": _reindex(lambda m: m.clear()),
+    "a tensor in both shards": _embed_in_both_shards,
+    "a tensor placed in the wrong shard": _reindex(lambda m: m.update({EMBED: SHARD2})),
+    "a tensor no shard holds": _reindex(lambda m: m.update({"model.ghost.weight": SHARD1})),
+    "a tensor the index leaves out": _reindex(lambda m: m.pop(EMBED)),
+    "a truncated shard": _truncate,
+}
+
+
+@pytest.mark.parametrize("damage", INDEX_DAMAGE)
+def test_the_hub_holds_shards_to_their_index_as_on_disk(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path, damage: str
+) -> None:
+    """Each way an index and its shards can disagree is found in a repository as in its local
+    copy, in the same words but for where a shard is."""
+    root = Path(shutil.copytree(FIXTURES / "deepseek_v3", tmp_path / "damaged"))
+    INDEX_DAMAGE[damage](root)
+    hub.add("org/damaged", root)
+    local = run_cli("inspect", str(root), "--format", "json")
+    remote = run_cli("inspect", "hf://org/damaged", "--format", "json")
+    assert (local.exit_code, remote.exit_code) == (1, 1), remote.stderr
+    found = _findings(_report(local))["integrity"]
+    assert found and all(status == "fail" for status, _ in found)
+    on_disk = [
+        (status, message.replace("the repository lacks it", "the file is missing"))
+        for status, message in _findings(_report(remote))["integrity"]
+    ]
+    assert [
+        (status, message.replace("is in the repository", "sits beside the index"))
+        for status, message in on_disk
+    ] == found
 
 
 def test_shards_without_an_index_holding_a_tensor_twice(
