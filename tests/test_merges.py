@@ -26,6 +26,13 @@ STALE = (
     "fill_missing_params, a fine-tune that copies the MTP layer back) drafts from hidden "
     "states this model no longer produces; measure what it still earns with `mtpcheck accept`"
 )
+STALE_ACROSS = (
+    "bit-identical to A while the last main layer moved (decoder.layers.1.*: {moved} of {of} "
+    "tensors outside its routed experts differ): if B is A converted, the conversion changed "
+    "the main model (`diff --all` names every tensor); if B was trained or merged from A, its "
+    "drafter was kept from the base and drafts from hidden states this model no longer produces "
+    "(`mtpcheck accept` measures what it still earns)"
+)
 
 
 def _report(run: Run) -> dict[str, Any]:
@@ -80,6 +87,32 @@ def test_a_drafter_kept_beside_moved_main_weights_is_called_stale(
     assert _findings(report, "fail") == []
     warned = _findings(report, "warn", "tensors")
     assert warned == [("tensors", "mtp layers", STALE.format(moved=moved, of=of))]
+
+
+@pytest.mark.parametrize(
+    ("case", "moved", "of"),
+    [
+        ("peft/deepseek_v3-lora-merged-mtp-copied-back", 5, 13),
+        ("mergekit/deepseek_v3-linear-perturbed-filled-noindex", 13, 13),
+    ],
+)
+def test_a_stale_drafter_is_called_stale_across_formats(
+    case: str, moved: int, of: int, run_cli, tmp_path: Path
+) -> None:
+    """The merge written as Megatron torch_dist by the built-in converter, diffed against the
+    HF base either way round: the sides are compared in Megatron's names, where the last main
+    layer's q/k/v are one fused tensor (so one fewer than in HF's names)."""
+    source = FIXTURES / Path(case).name.split("-")[0]
+    megatron = tmp_path / "megatron"
+    converted = run_cli("convert", "hf-to-megatron", DATA / case, megatron)
+    assert converted.exit_code == 0, converted
+    stale = STALE_ACROSS.format(moved=moved, of=of)
+    for a, b in ((source, megatron), (megatron, source)):
+        run = run_cli("diff", a, b, "--format", "json")
+        assert run.exit_code == 0, run
+        assert _findings(_report(run), "warn", "tensors") == [("tensors", "mtp layers", stale)]
+    same = run_cli("diff", DATA / case, megatron, "--format", "json")
+    assert same.exit_code == 0 and _findings(_report(same), "warn", "tensors") == []
 
 
 def test_an_unmoved_main_model_is_not_stale(run_cli) -> None:

@@ -32,6 +32,13 @@ CLEAN = {  # case -> (tensors of `diff SOURCE MEGATRON --all`, all bit-identical
     "qwen3_5_moe-mtp1": (103, SWIFT),
 }
 KEPT = "dtype changed BF16 -> F32 (every value kept: the wider type holds each exactly)"
+MOVED = (
+    "bit-identical to A while the last main layer moved (decoder.layers.3.*: 2 of 3 tensors "
+    "outside its routed experts differ): if B is A converted, the conversion changed the main "
+    "model (`diff --all` names every tensor); if B was trained or merged from A, its drafter was "
+    "kept from the base and drafts from hidden states this model no longer produces (`mtpcheck "
+    "accept` measures what it still earns)"
+)
 
 
 def test_versions_recorded() -> None:
@@ -122,19 +129,23 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
     """mcore-bridge maps Nemotron-H's Mamba, attention and MoE layers, not its dense MLP
     (``-``) layer, whose Megatron tensors hold whatever memory the model was built on, and its
     HF export leaves that layer out altogether. The MTP block, nested as megatron-core's hybrid
-    stack though the saved args do not say so, maps bit for bit; the MTP scope passes,
-    ``--all`` fails the dense layer and warns of the Mamba parameters it widened to F32 (every
-    value kept), and the round trip fails on the export's main model, whatever the scope."""
+    stack though the saved args do not say so, maps bit for bit; the MTP scope passes, with a
+    warning that the last main layer (the dense one) moved while the MTP layer did not, ``--all``
+    fails the dense layer and warns of the Mamba parameters it widened to F32 (every value
+    kept), and the round trip fails on the export's main model, whatever the scope."""
     megatron = CORPUS / "nemotron_h-mtp1" / "megatron"
     inspected = run_cli("inspect", megatron, "--format", "json")
     assert inspected.exit_code == 0, inspected
-    assert run_cli("diff", FIXTURES / "nemotron_h", megatron).exit_code == 0
+    scoped = run_cli("diff", FIXTURES / "nemotron_h", megatron, "--format", "json")
+    assert scoped.exit_code == 0
+    assert fail_messages(json.loads(scoped.stdout), "tensors", "warn") == {"mtp layers": MOVED}
     run = run_cli("diff", FIXTURES / "nemotron_h", megatron, "--all", "--format", "json")
     assert run.exit_code == 1, run
     messages = fail_messages(json.loads(run.stdout), "tensors")
     assert fail_messages(json.loads(run.stdout), "tensors", "warn") == {
         "decoder.layers.0.mixer.A_log": KEPT,
         "decoder.layers.0.mixer.D": KEPT,
+        "mtp layers": MOVED,
     }
     dense = ["decoder.layers.3.mlp.linear_fc1.weight", "decoder.layers.3.mlp.linear_fc2.weight"]
     assert sorted(messages) == dense

@@ -309,9 +309,9 @@ def diff_report(
     )
     scope = _scope(sides, analyses, all_tensors)
     tensors, comparisons = _tensor_check(sides, scope, compare, dequantize, all_tensors)
-    if sides.crossing is None:
-        stale = stale_drafter(a, b, analyses[0], comparisons, compare)
-        tensors = replace(tensors, findings=(*tensors.findings, stale)) if stale else tensors
+    crossed = sides.crossing is not None
+    stale = stale_drafter(a, b, analyses[0], comparisons, compare, crossed)
+    tensors = replace(tensors, findings=(*tensors.findings, stale)) if stale else tensors
     checks = (
         integrity_check([("A", a), ("B", b)]),
         sides_check([("A", a, analyses[0]), ("B", b, analyses[1])]),

@@ -6,6 +6,10 @@ drafter was trained on hidden states the new main model no longer produces, and 
 falls. It is what mergekit's ``fill_missing_params`` writes (the base's MTP layer restored
 beside a merge) and what a fine-tune that copies the MTP layer back from the base ships. The
 comparison reads the last main layer outside its routed experts, a bounded share of one layer.
+
+Across formats (HF against Megatron or GGUF) the two sides are compared in one's names, and B
+may instead be A's conversion: then a moved main layer is the conversion's loss, and the
+finding says both readings.
 """
 
 from __future__ import annotations
@@ -30,15 +34,31 @@ def _last_main_layer(analysis: MtpAnalysis) -> str | None:
     return NameTemplate(family.layout.main_layer_prefix).main_layer(hidden - 1)
 
 
+_KEPT = (
+    "a drafter kept from the base (a merge's fill_missing_params, a fine-tune that copies the "
+    "MTP layer back) drafts from hidden states this model no longer produces; measure what it "
+    "still earns with `mtpcheck accept`"
+)
+_KEPT_OR_CONVERTED = (
+    "if B is A converted, the conversion changed the main model (`diff --all` names every "
+    "tensor); if B was trained or merged from A, its drafter was kept from the base and drafts "
+    "from hidden states this model no longer produces (`mtpcheck accept` measures what it "
+    "still earns)"
+)
+"""Across formats B may be A's conversion, which must not move the main model at all."""
+
+
 def stale_drafter(
     a: Checkpoint,
     b: Checkpoint,
     analysis: MtpAnalysis,
     comparisons: Sequence[TensorComparison],
     compare: Compare,
+    crossed: bool = False,
 ) -> Finding | None:
     """A WARN when every MTP tensor of ``a`` compared bit-identical in ``b`` while the last main
-    layer's tensors (outside its routed experts) differ; None otherwise."""
+    layer's tensors (outside its routed experts) differ; None otherwise. ``crossed``: the two
+    were stored in different formats and are compared in one's names."""
     prefix = _last_main_layer(analysis)
     by_name = {c.name: c for c in comparisons}
     mtp = [by_name.get(n) for n in sorted(analysis.mtp_names)]
@@ -61,9 +81,7 @@ def stale_drafter(
         "mtp layers",
         Status.WARN,
         f"bit-identical to A while the last main layer moved ({prefix}*: {len(moved)} of "
-        f"{len(main)} tensors outside its routed experts differ): a drafter kept from the base "
-        "(a merge's fill_missing_params, a fine-tune that copies the MTP layer back) drafts from "
-        "hidden states this model no longer produces; measure what it still earns with "
-        "`mtpcheck accept`",
+        f"{len(main)} tensors outside its routed experts differ): "
+        + (_KEPT_OR_CONVERTED if crossed else _KEPT),
         {"moved": moved},
     )
