@@ -24,9 +24,14 @@ MLP_BLOCKS = frozenset(
     {"mlp", "moe", "ffn", "block_sparse_moe", "feed_forward", "share_expert", "shared_mlp"}
 )
 """Modules that are a layer's MLP (dense or MoE): they differ between dense and MoE layers."""
-_STACKED = re.compile(r"(?:^|\.)experts\.|_exps\.")
-"""Names of routed experts stored stacked in one tensor (``mlp.experts.gate_up_proj``,
-llama.cpp's ``ffn_up_exps.weight``), not a shared expert's."""
+_ROUTED = re.compile(r"(?:^|\.)experts\.|_exps\.")
+
+
+def is_routed_expert(name: str) -> bool:
+    """A routed expert's tensor, one an expert or all stacked in one, in HF and Megatron names
+    (``mlp.experts.3.up_proj``, ``mlp.experts.gate_up_proj``, ``mlp.experts.linear_fc1``) and
+    llama.cpp's (``ffn_up_exps.weight``); not a shared expert's (``shared_experts``)."""
+    return _ROUTED.search(name) is not None
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class MainLayer:
     @property
     def routed(self) -> bool:
         """It holds routed experts, one tensor each or stacked."""
-        return bool(self.experts) or self.stacked or any(_STACKED.search(n) for n in self.names)
+        return bool(self.experts) or self.stacked or any(map(is_routed_expert, self.names))
 
 
 def expert_of(rel: str) -> tuple[str, int, str] | None:

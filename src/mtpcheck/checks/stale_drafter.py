@@ -17,14 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from mtpcheck.checks.findings import status_of
+from mtpcheck.checks.main_layers import is_routed_expert
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import Checkpoint, Finding, Status, TensorComparison, TensorStatus
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
-
-_EXPERTS = ".experts."
-"""Routed experts are left out: the bulk of an MoE layer, and a merge moves the rest too."""
 
 
 def _last_main_layer(analysis: MtpAnalysis) -> str | None:
@@ -69,7 +67,9 @@ def stale_drafter(
     ):
         return None
     names = sorted(
-        n for n in a.tensors if n.startswith(prefix) and _EXPERTS not in n and n in b.tensors
+        n  # routed experts left out: the bulk of an MoE layer, and a merge moves the rest too
+        for n in a.tensors
+        if n.startswith(prefix) and not is_routed_expert(n) and n in b.tensors
     )
     pending = [(n, n) for n in names if n not in by_name]
     fresh = list(compare(a, b, pending)) if pending else []  # under --all: compared already
