@@ -16,6 +16,7 @@ from tests.conftest import FIXTURES, Run
 from tests.thirdparty.tools import tool_output
 
 DATA = Path(tool_output("peft")).parent
+GGUF = Path(__file__).resolve().parent / "data" / "llamacpp_gguf"
 LOST = (
     "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint holds no MTP "
     "weights"
@@ -112,6 +113,21 @@ def test_a_stale_drafter_is_called_stale_across_formats(
         assert run.exit_code == 0, run
         assert _findings(_report(run), "warn", "tensors") == [("tensors", "mtp layers", stale)]
     same = run_cli("diff", DATA / case, megatron, "--format", "json")
+    assert same.exit_code == 0 and _findings(_report(same), "warn", "tensors") == []
+
+
+def test_a_stale_drafter_is_called_stale_in_llama_cpp_names(run_cli) -> None:
+    """peft's glm4_moe merge with the base's drafter, converted by llama.cpp's own converter
+    (tests/thirdparty/llamacpp, NOTES.md): the same 4 of 16 tensors moved as in HF names, the
+    routed experts (``ffn_*_exps``) left out as HF's ``mlp.experts``."""
+    case = "peft/glm4_moe-lora-merged-mtp-copied-back"
+    (gguf,) = (GGUF / "peft_glm4_moe-mtp-copied-back__bf16__full").glob("*.gguf")
+    stale = STALE_ACROSS.replace("decoder.layers.1.", "blk.1.").format(moved=4, of=16)
+    run = run_cli("diff", FIXTURES / "glm4_moe", gguf, "--format", "json")
+    assert run.exit_code == 0, run
+    assert _findings(_report(run), "warn", "tensors") == [("tensors", "mtp layers", stale)]
+    shipped = GGUF.parent / case  # what the GGUF was converted from, whatever DATA points at
+    same = run_cli("diff", shipped, gguf, "--format", "json")
     assert same.exit_code == 0 and _findings(_report(same), "warn", "tensors") == []
 
 

@@ -55,5 +55,11 @@ if [[ " $FIXTURES " == *" qwen3_next "* ]]; then
     python3 "$HERE/convert.py" "$REPO/fixtures/qwen3_next" "$OUT/qwen3_next__bf16__mtp__split" --outtype bf16 --mode mtp --split-max-tensors 10 || true
 fi
 
+# A merge beside its base's drafter (tests/data/peft): the stale-drafter check across formats.
+if [[ " $FIXTURES " == *" glm4_moe "* ]]; then
+    python3 "$HERE/convert.py" "$REPO/tests/data/peft/glm4_moe-lora-merged-mtp-copied-back" \
+        "$OUT/peft_glm4_moe-mtp-copied-back__bf16__full" --outtype bf16 || true
+fi
+
 python3 "$HERE/summarize.py" "$OUT"
 echo "corpus: $OUT ($(du -sh "$OUT" | cut -f1)), $(( $(date +%s) - t0 )) s"
