@@ -32,15 +32,20 @@ import pytest
 
 from mtpcheck.errors import one_line
 from mtpcheck.formats.safe_pickle import Placeholder
-from mtpcheck.formats.safetensors_header import read_header
-from tests.conftest import FIXTURES, Run, write_safetensors
+from tests.checkpoint_edits import (
+    INDEX,
+    SHARD1,
+    SHARD2,
+    set_index,
+    tensor_in_both_shards,
+    truncate,
+    unlink,
+)
+from tests.conftest import FIXTURES, Run
 from tests.torch_saved import load_torch
 
 BUILDER = Path(__file__).with_name("megatron_fixtures.py")
 DS = "deepseek_v3"
-SHARD1 = "model-00001-of-00002.safetensors"
-SHARD2 = "model-00002-of-00002.safetensors"
-INDEX = "model.safetensors.index.json"
 ITER = "iter_0000004"
 TRACKER = "latest_checkpointed_iteration.txt"
 
@@ -166,16 +171,6 @@ def _fixture(name: str, edit: Callable[[Path], Path | None]) -> Build:
     return build
 
 
-def _set_index(change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], Path]:
-    def edit(root: Path) -> Path:
-        index = json.loads((root / INDEX).read_text())
-        change(index)
-        (root / INDEX).write_text(json.dumps(index))
-        return root / INDEX
-
-    return edit
-
-
 def _write(rel: str, content: bytes) -> Callable[[Path], Path]:
     def edit(root: Path) -> Path:
         (root / rel).write_bytes(content)
@@ -190,25 +185,6 @@ def _config(value: Any, key: str = "num_nextn_predict_layers") -> Callable[[Path
         config[key] = value
         (root / "config.json").write_text(json.dumps(config))
         return root / "config.json"
-
-    return edit
-
-
-def _truncate(rel: str, keep: int) -> Callable[[Path], Path]:
-    """Keep the first ``keep`` bytes (negative: drop ``-keep`` bytes from the end)."""
-
-    def edit(root: Path) -> Path:
-        path = root / rel
-        os.truncate(path, keep if keep >= 0 else path.stat().st_size + keep)
-        return path
-
-    return edit
-
-
-def _unlink(rel: str) -> Callable[[Path], Path]:
-    def edit(root: Path) -> Path:
-        (root / rel).unlink()
-        return root / rel
 
     return edit
 
@@ -249,20 +225,6 @@ def _fifo(rel: str) -> Callable[[Path], Path]:
         return path
 
     return edit
-
-
-def _tensor_in_both_shards(root: Path) -> None:
-    """Rewrite shard 2 so that it also holds a tensor of shard 1."""
-    stolen = "model.embed_tokens.weight"
-    tensors = {}
-    for shard in (SHARD1, SHARD2):
-        header = read_header(str(root / shard))
-        with open(root / shard, "rb") as f:
-            for name, meta in header.tensors.items():
-                if shard == SHARD2 or name == stolen:
-                    f.seek(meta.offset)
-                    tensors[name] = (meta.dtype, list(meta.shape), f.read(meta.nbytes))
-    write_safetensors(root / SHARD2, tensors)
 
 
 def _nested_json(depth: int) -> bytes:
@@ -477,7 +439,7 @@ CASES = [
     ),
     Case(
         "st-truncated-data",
-        _fixture("mimo", _truncate("model.safetensors", -100)),
+        _fixture("mimo", truncate("model.safetensors", -100)),
         1,
         r"model\.safetensors is truncated: .* the file holds \d+ \(3 tensors cut off: "
         r"model\.mtp_layers\.0\.",
@@ -491,37 +453,37 @@ CASES = [
     # sharded checkpoints and their index
     Case(
         "index-missing-shard",
-        _fixture(DS, _unlink(SHARD2)),
+        _fixture(DS, unlink(SHARD2)),
         1,
         rf"index names shard {SHARD2} \(\d+ tensors\) but the file is missing",
     ),
     Case(
         "index-shard-parent-dir",
-        _fixture(DS, _set_index(lambda i: i["weight_map"].update(x="../x.safetensors"))),
+        _fixture(DS, set_index(lambda i: i["weight_map"].update(x="../x.safetensors"))),
         2,
         r"shard '\.\./x\.safetensors' points outside the checkpoint folder",
     ),
     Case(
         "index-shard-absolute",
-        _fixture(DS, _set_index(lambda i: i["weight_map"].update(x="/etc/x.safetensors"))),
+        _fixture(DS, set_index(lambda i: i["weight_map"].update(x="/etc/x.safetensors"))),
         2,
         r"shard '/etc/x\.safetensors' points outside the checkpoint folder",
     ),
     Case(
         "index-shard-not-safetensors",
-        _fixture(DS, _set_index(lambda i: i["weight_map"].update(x="pytorch_model.bin"))),
+        _fixture(DS, set_index(lambda i: i["weight_map"].update(x="pytorch_model.bin"))),
         2,
         r"shard 'pytorch_model\.bin' is not a \.safetensors file",
     ),
     Case(
         "index-shard-nul-byte",
-        _fixture(DS, _set_index(lambda i: i["weight_map"].update(x="a\0.safetensors"))),
+        _fixture(DS, set_index(lambda i: i["weight_map"].update(x="a\0.safetensors"))),
         2,
         r"shard 'a\\x00\.safetensors' has a NUL byte in its name",
     ),
     Case(
         "index-tensor-in-two-shards",
-        _fixture(DS, lambda root: _tensor_in_both_shards(root)),
+        _fixture(DS, tensor_in_both_shards),
         1,
         rf"model\.embed_tokens\.weight is stored in {SHARD1} and {SHARD2}",
     ),
@@ -530,7 +492,7 @@ CASES = [
     Case("index-nested-deep", _fixture(DS, _write(INDEX, _nested_json(100_000))), 2, "JSON"),
     Case(
         "index-without-weight-map",
-        _fixture(DS, _set_index(lambda i: i.pop("weight_map"))),
+        _fixture(DS, set_index(lambda i: i.pop("weight_map"))),
         2,
         r"index has no weight_map object of tensor name -> shard file",
     ),
@@ -681,32 +643,32 @@ CASES = [
     # Megatron torch_dist (damaged copies of a real TP=2 save)
     Case(
         "dist-missing-.metadata",
-        _megatron("dist", _unlink(".metadata")),
+        _megatron("dist", unlink(".metadata")),
         2,
         r"missing: a torch_dist checkpoint needs its \.metadata tensor index",
     ),
     Case(
         "dist-half-written",
-        _megatron("dist", lambda it: _unlink("metadata.json")(it).parent),
+        _megatron("dist", lambda it: unlink("metadata.json")(it).parent),
         2,
         r"half-written torch_dist checkpoint: \.metadata is present but metadata\.json is "
         r"missing \(the save did not finish; metadata\.json is written last\)",
     ),
     Case(
         "dist-chunk-past-end-of-distcp",
-        _megatron("dist", _truncate("__1_0.distcp", -1)),
+        _megatron("dist", truncate("__1_0.distcp", -1)),
         1,
         r"__1_0\.distcp is \d+ bytes, but chunks of \d+ tensors end past it",
     ),
     Case(
         "dist-empty-distcp",
-        _megatron("dist", _truncate("__0_0.distcp", 0)),
+        _megatron("dist", truncate("__0_0.distcp", 0)),
         1,
         r"__0_0\.distcp is 0 bytes, but chunks of \d+ tensors end past it",
     ),
     Case(
         "dist-missing-distcp",
-        _megatron("dist", _unlink("__1_0.distcp")),
+        _megatron("dist", unlink("__1_0.distcp")),
         2,
         r"named in \.metadata, but the file is missing",
     ),

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from mtpcheck.formats.hub_ref import HubRef, parse_ref
-from mtpcheck.formats.safetensors_header import read_header
-from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit, write_safetensors
+from tests import checkpoint_edits as edits
+from tests.checkpoint_edits import SHARD1, SHARD2
+from tests.conftest import FAMILY_FIXTURES, FIXTURES, flip_bit
 from tests.hub_server import FakeHub, HubServer
 from tests.test_families_2026 import FAMILIES_2026
 
@@ -342,7 +343,7 @@ def test_a_shard_the_index_names_and_the_repository_lacks_reads_as_on_disk(
     where a shard is differ."""
     lacking = tmp_path / "lacking"
     shutil.copytree(FIXTURES / "deepseek_v3", lacking)
-    (lacking / "model-00002-of-00002.safetensors").unlink()
+    (lacking / SHARD2).unlink()
     hub.add("org/lacking", lacking)
     local = _findings(_report(run_cli("inspect", str(lacking), "--format", "json")))
     remote = _findings(_report(run_cli("inspect", "hf://org/lacking", "--format", "json")))
@@ -364,7 +365,7 @@ def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
     local = run_cli("inspect", str(empty), "--format", "json")
     remote = run_cli("inspect", "hf://org/empty", "--format", "json")
     assert (local.exit_code, remote.exit_code) == (1, 1), remote.stderr
-    shards = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    shards = (SHARD1, SHARD2)
     unnamed = "{} {} but the index does not mention it"
     assert _findings(_report(local))["integrity"] == [
         ("fail", unnamed.format(s, "sits beside the index")) for s in shards
@@ -374,50 +375,22 @@ def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
     ]
 
 
-SHARD1 = "model-00001-of-00002.safetensors"
-SHARD2 = "model-00002-of-00002.safetensors"
 EMBED = "model.embed_tokens.weight"  # in SHARD1 of deepseek_v3
-
-
-def _reindex(change: Any) -> Any:
-    def damage(root: Path) -> None:
-        index = root / "model.safetensors.index.json"
-        body = json.loads(index.read_text())
-        change(body["weight_map"])
-        index.write_text(json.dumps(body))
-
-    return damage
-
-
-def _embed_in_both_shards(root: Path) -> None:
-    """Shard 2 rewritten to hold shard 1's embedding as well."""
-    tensors = {}
-    for shard in (SHARD1, SHARD2):
-        header = read_header(str(root / shard))
-        with open(root / shard, "rb") as f:
-            for name, meta in header.tensors.items():
-                if shard == SHARD2 or name == EMBED:
-                    f.seek(meta.offset)
-                    tensors[name] = (meta.dtype, list(meta.shape), f.read(meta.nbytes))
-    write_safetensors(root / SHARD2, tensors)
-
-
-def _truncate(root: Path) -> None:
-    with open(root / SHARD2, "r+b") as f:
-        f.truncate((root / SHARD2).stat().st_size - 100)
-
-
 INDEX_DAMAGE = {
-    "a shard missing": lambda root: (root / SHARD2).unlink(),
+    "a shard missing": edits.unlink(SHARD2),
     "a shard the index does not name": lambda root: shutil.copy(
         FIXTURES / "mimo" / "model.safetensors", root / "stray.safetensors"
     ),
-    "an index that maps nothing": _reindex(lambda m: m.clear()),
-    "a tensor in both shards": _embed_in_both_shards,
-    "a tensor placed in the wrong shard": _reindex(lambda m: m.update({EMBED: SHARD2})),
-    "a tensor no shard holds": _reindex(lambda m: m.update({"model.ghost.weight": SHARD1})),
-    "a tensor the index leaves out": _reindex(lambda m: m.pop(EMBED)),
-    "a truncated shard": _truncate,
+    "an index that maps nothing": edits.set_index(lambda i: i["weight_map"].clear()),
+    "a tensor in both shards": edits.tensor_in_both_shards,
+    "a tensor placed in the wrong shard": edits.set_index(
+        lambda i: i["weight_map"].update({EMBED: SHARD2})
+    ),
+    "a tensor no shard holds": edits.set_index(
+        lambda i: i["weight_map"].update({"model.ghost.weight": SHARD1})
+    ),
+    "a tensor the index leaves out": edits.set_index(lambda i: i["weight_map"].pop(EMBED)),
+    "a truncated shard": edits.truncate(SHARD2, -100),
 }
 
 

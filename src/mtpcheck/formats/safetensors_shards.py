@@ -7,6 +7,7 @@ each saying in its own words where a shard is or is not (:class:`ShardPlace`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,20 +38,21 @@ def shard_tensors(
     None), and every disagreement between index and shards, in that order: missing shards,
     truncated shards, index against headers, unindexed shards."""
     if weight_map is None:
-        tensors, duplicates = unindexed_tensors(headers.values())
-        return tensors, [*truncation_issues(headers.values()), *duplicates]
+        tensors, duplicates = _unindexed_tensors(headers.values())
+        return tensors, [*_truncation_issues(headers.values()), *duplicates]
+    named = set(weight_map.values())
+    missing = sorted(named - headers.keys())
+    held = Counter(weight_map.values()) if missing else Counter[str]()
     issues = [
         IntegrityIssue(
             "missing-shard",
             shard,
-            f"index names shard {shard} ({held} tensors) but {place.absent}",
+            f"index names shard {shard} ({held[shard]} tensors) but {place.absent}",
         )
-        for shard, held in _indexed_counts(weight_map).items()
-        if shard not in headers
+        for shard in missing
     ]
-    issues.extend(truncation_issues(headers.values()))
-    tensors = indexed_tensors(dict(weight_map), dict(headers), issues)
-    named = set(weight_map.values())
+    issues.extend(_truncation_issues(headers.values()))
+    tensors = _indexed_tensors(weight_map, headers, issues)
     issues.extend(
         IntegrityIssue(
             "unindexed-shard", extra, f"{extra} {place.present} but the index does not mention it"
@@ -59,14 +61,6 @@ def shard_tensors(
         if extra not in named
     )
     return tensors, issues
-
-
-def _indexed_counts(weight_map: Mapping[str, str]) -> dict[str, int]:
-    """How many tensors the index places in each shard, by shard name in order."""
-    counts: dict[str, int] = {}
-    for shard in weight_map.values():
-        counts[shard] = counts.get(shard, 0) + 1
-    return dict(sorted(counts.items()))
 
 
 def cross_checked(indexed: bool, files: int) -> str:
@@ -81,8 +75,10 @@ def written_as(headers: Iterable[ShardHeader]) -> frozenset[str]:
     return frozenset(h.metadata["format"] for h in headers if "format" in h.metadata)
 
 
-def indexed_tensors(
-    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
+def _indexed_tensors(
+    weight_map: Mapping[str, str],
+    headers: Mapping[str, ShardHeader],
+    issues: list[IntegrityIssue],
 ) -> Mapping[str, TensorMeta]:
     """The tensors loaders see through the index; disagreements with the headers are added to
     ``issues``."""
@@ -90,7 +86,9 @@ def indexed_tensors(
     return tensors if tensors is not None else _reconcile(weight_map, headers, issues)
 
 
-def _as_indexed(weight_map: dict[str, str], headers: dict[str, ShardHeader]) -> TensorTable | None:
+def _as_indexed(
+    weight_map: Mapping[str, str], headers: Mapping[str, ShardHeader]
+) -> TensorTable | None:
     """The usual case, checked in bulk: every shard is present and holds exactly the tensors
     the index gives it. Returns the tensors in name order, or None (then :func:`_reconcile`
     works out and words what disagrees)."""
@@ -105,7 +103,9 @@ def _as_indexed(weight_map: dict[str, str], headers: dict[str, ShardHeader]) -> 
 
 
 def _reconcile(
-    weight_map: dict[str, str], headers: dict[str, ShardHeader], issues: list[IntegrityIssue]
+    weight_map: Mapping[str, str],
+    headers: Mapping[str, ShardHeader],
+    issues: list[IntegrityIssue],
 ) -> dict[str, TensorMeta]:
     """Index and shard headers disagree: the tensors loaders would see, each issue named."""
     tensors: dict[str, TensorMeta] = {}
@@ -152,7 +152,7 @@ def _reconcile(
     return tensors
 
 
-def unindexed_tensors(
+def _unindexed_tensors(
     headers: Iterable[ShardHeader],
 ) -> tuple[Mapping[str, TensorMeta], list[IntegrityIssue]]:
     """Shards without an index, merged; a name stored in two shards is an issue, and the
@@ -179,7 +179,7 @@ def unindexed_tensors(
     return tensors, issues
 
 
-def truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
+def _truncation_issues(headers: Iterable[ShardHeader]) -> list[IntegrityIssue]:
     """The shards whose data ends before their header says (truncated) or after it (trailing
     bytes)."""
     issues = []
