@@ -155,7 +155,7 @@ def _hidden_layers(
     return found[0] if found else None
 
 
-def _patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+def flat_patterns(family: MtpFamily, config: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
     """The MTP per-depth pattern and the main layers' pattern (one entry a layer; empty when
     the config has none). Hub configs spell them as strings, transformers' as lists."""
     for mtp_key, main_key in family.layout.flat_layers_keys:
@@ -173,7 +173,7 @@ def hidden_layer_count(family: MtpFamily, config: Mapping[str, Any]) -> int | No
     found = _count_at(config, family.count.hidden_layers_key, None)
     if found:
         return found[0]
-    main = _patterns(family, config)[1]
+    main = flat_patterns(family, config)[1]
     return main.index("/") if "/" in main else (len(main) or None)
 
 
@@ -189,7 +189,7 @@ def _nested_positions(tensors: Mapping[str, TensorMeta]) -> int:
 
 def depth_span(family: MtpFamily, config: Mapping[str, Any]) -> int:
     """Flat layers one MTP depth spans (1 unless the family's MTP pattern says more)."""
-    return max(1, len(_patterns(family, config)[0]))
+    return max(1, len(flat_patterns(family, config)[0]))
 
 
 def _first_specific_layer(
@@ -309,7 +309,7 @@ def _depths(
 ) -> tuple[_Depths, list[int]]:
     """The shared facts of a family checkpoint's MTP depths, and the depths to report: those
     holding a name and those the config declares."""
-    mtp_kinds, main_kinds = _patterns(family, config)
+    mtp_kinds, main_kinds = flat_patterns(family, config)
     span = max(1, len(mtp_kinds) or nested)
     members = _depth_members(family, names, joined, base, span)
     wanted = sorted(set(members) | set(range(declared.value or 0)))

@@ -79,31 +79,56 @@ def _int(config: Mapping[str, Any], key: str, family: MtpFamily) -> int | None:
     return int(value) if is_int(value) and value >= 0 else None
 
 
+def per_layer_keys(config: Mapping[str, Any], lengths: frozenset[int]) -> list[tuple[str, str]]:
+    """(root, key) of every per-layer fact the config lists, ``root`` one of
+    :data:`~mtpcheck.model.config_keys.TEXT_ROOTS`: a list of scalars (``layer_types``,
+    ``mlp_layer_types``, DeepSeek-V4's ``compress_ratios``, Step's per-layer ``rope_theta``,
+    MiniMax's ``attn_type_list``), or a string pattern (``*_pattern``, ``layers_block_type``;
+    a Megatron pattern's main part, before ``/``), of one of ``lengths`` entries. Keys of the
+    MTP block (``mtp_*``) describe other layers and are left out."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for root in TEXT_ROOTS:
+        for key, value in _node(config, root).items():
+            if key in seen or key.startswith("mtp") or key in NOT_PER_LAYER:
+                continue
+            entries = _entries(key, value)
+            if entries is not None and len(entries) in lengths:
+                seen.add(key)
+                found.append((root, key))
+    return found
+
+
+def _node(config: Mapping[str, Any], root: str) -> Mapping[str, Any]:
+    """The config's level at ``root`` (a key may hold dots: GGUF's do), empty where none."""
+    node = lookup(config, root[:-1]) if root else config
+    return node if isinstance(node, Mapping) else {}
+
+
+def _entries(key: str, value: Any) -> list[Any] | None:
+    """A per-layer value's entries (a pattern's characters up to a Megatron ``/``); None
+    where ``value`` is no list of scalars."""
+    if isinstance(value, str) and key.endswith(PER_LAYER_SUFFIXES):
+        return list(value.split("/", 1)[0])
+    if isinstance(value, list) and all(
+        v is None or isinstance(v, str | int | float) for v in value
+    ):
+        return value
+    return None
+
+
 def _per_layer_lists(
     config: Mapping[str, Any], layers: int, lengths: frozenset[int]
 ) -> list[tuple[str, list[Any]]]:
-    """(key, one entry a layer) of every per-layer fact the config lists: a list of scalars
-    (``layer_types``, ``mlp_layer_types``, DeepSeek-V4's ``compress_ratios``, Step's per-layer
-    ``rope_theta``, MiniMax's ``attn_type_list``), or a string pattern (``*_pattern``,
-    ``layers_block_type``), of one of ``lengths`` entries: the layers, the main layers where
-    MTP layers are counted among the hidden ones (padded), or the layers and the MTP layers
-    after them (cut). Facts that do not matter only split kinds finer."""
+    """(key, one entry a layer) of every per-layer fact the config lists (:func:`per_layer_keys`):
+    of the layers, of the main layers where MTP layers are counted among the hidden ones
+    (padded), or of the layers and the MTP layers after them (cut). Facts that do not matter
+    only split kinds finer."""
     found: list[tuple[str, list[Any]]] = []
-    seen: set[str] = set()
-    for root in TEXT_ROOTS:
-        node = lookup(config, root[:-1]) if root else config
-        if not isinstance(node, Mapping):
-            continue
-        for key, value in node.items():
-            if key in seen or key.startswith("mtp") or key in NOT_PER_LAYER:
-                continue
-            if isinstance(value, str) and key.endswith(PER_LAYER_SUFFIXES):
-                value = list(value.split("/", 1)[0])  # Megatron: main, '/', MTP pattern
-            if not isinstance(value, list) or len(value) not in lengths:
-                continue
-            if all(v is None or isinstance(v, str | int | float) for v in value):
-                seen.add(key)
-                found.append((key, (value + ["mtp"] * layers)[:layers]))
+    for root, key in per_layer_keys(config, lengths):
+        entries = _entries(key, _node(config, root)[key])
+        assert entries is not None  # per_layer_keys took it
+        found.append((key, (entries + ["mtp"] * layers)[:layers]))
     return found
 
 
