@@ -26,6 +26,13 @@ def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """``value`` as a message quotes input: its ``repr``, cut to ``limit`` characters (a file
+    may hold a value of any length)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 class MtpcheckError(Exception):
     """Base class of every error mtpcheck raises on purpose."""
 
@@ -61,3 +68,29 @@ class ConfigError(InputError):
 class DamagedInput(PathError):
     """A readable checkpoint with a defect that a command will not work from (``convert`` of a
     source that fails its audit): a finding about the checkpoint, exit 1."""
+
+
+class ConfigKeyError(ConfigError):
+    """A config.json lacks a key mtpcheck needs, or holds it as no integer where one is needed;
+    raised where the key is read. Code that reads a config without knowing its file raises it
+    at ``config.json``; whoever knows the file names it (:meth:`at`)."""
+
+    def __init__(
+        self, key: str, needed_by: str, path: str | Path = "config.json", found: str = ""
+    ) -> None:
+        self.key = key
+        self.needed_by = needed_by
+        self.found = found
+        """The value the config holds, as a message quotes it; empty where it holds none."""
+        if found:
+            reason = f"{key} is {found}, where {needed_by} needs an integer"
+        else:
+            reason = f"the config lacks {key}, which {needed_by} needs"
+        super().__init__(path, reason)
+
+    def at(self, path: str | Path) -> ConfigKeyError:
+        """The same error, naming the file the config was read from."""
+        return ConfigKeyError(self.key, self.needed_by, path, self.found)
+
+    def __reduce__(self) -> tuple[type[ConfigKeyError], tuple[str, str, str, str]]:  # type: ignore[override]
+        return type(self), (self.key, self.needed_by, self.path, self.found)

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mtpcheck.errors import ConfigKeyError, shown
 from mtpcheck.families import FAMILIES, declared_count, detect_family
 from mtpcheck.families.interface import MegatronWriter
 from mtpcheck.formats.torch_dist_keys import (
@@ -48,7 +49,7 @@ from mtpcheck.formats.torch_dist_keys import (
     RowParts,
     gated_delta_net_row_parts,
 )
-from mtpcheck.model.config_keys import TEXT_CONFIG
+from mtpcheck.model.config_keys import TEXT_CONFIG, is_int
 
 Shape = tuple[int, ...]
 
@@ -81,6 +82,21 @@ def _text_config(hf_config: Mapping[str, Any]) -> Mapping[str, Any]:
     return hf_config
 
 
+NEEDED_BY = "megatron-core's model of it"
+"""Who needs the config keys read here, as a :class:`~mtpcheck.errors.ConfigKeyError` says."""
+
+
+def _need(cfg: Mapping[str, Any], key: str) -> int:
+    """The integer ``key`` of a (language model's) config, which megatron-core's model of it
+    needs (a :class:`~mtpcheck.errors.ConfigKeyError` where it lacks one)."""
+    value = cfg.get(key)
+    if value is None:
+        raise ConfigKeyError(key, NEEDED_BY)
+    if not is_int(value):
+        raise ConfigKeyError(key, NEEDED_BY, found=shown(value))
+    return int(value)
+
+
 def _mtp_count(hf_config: Mapping[str, Any]) -> int | None:
     """The MTP count as every check reads it (the family's count keys, then the count its
     loaders assume: one for Qwen3-Next, whose configs declare none); None for none."""
@@ -104,12 +120,12 @@ def _deepseek_style_moe(cfg: Mapping[str, Any], num_layers: int) -> dict[str, An
     """MoE of DeepSeek-V3 and GLM-4.5: sigmoid router with expert bias, shared experts."""
     shared = int(cfg.get("n_shared_experts") or 0)
     return {
-        "num_moe_experts": int(cfg["n_routed_experts"]),
-        "moe_ffn_hidden_size": int(cfg["moe_intermediate_size"]),
-        "moe_router_topk": int(cfg["num_experts_per_tok"]),
+        "num_moe_experts": _need(cfg, "n_routed_experts"),
+        "moe_ffn_hidden_size": _need(cfg, "moe_intermediate_size"),
+        "moe_router_topk": _need(cfg, "num_experts_per_tok"),
         "moe_layer_freq": _moe_layer_freq(num_layers, int(cfg.get("first_k_dense_replace", 0))),
         "moe_shared_expert_intermediate_size": (
-            int(cfg["moe_intermediate_size"]) * shared if shared else None
+            _need(cfg, "moe_intermediate_size") * shared if shared else None
         ),
         "moe_router_enable_expert_bias": True,
         "moe_router_score_function": "sigmoid",
@@ -132,8 +148,8 @@ def _qwen3_next_moe(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
     shared = int(cfg.get("shared_expert_intermediate_size") or 0)
     return {
         "num_moe_experts": experts,
-        "moe_ffn_hidden_size": int(cfg["moe_intermediate_size"]),
-        "moe_router_topk": int(cfg["num_experts_per_tok"]),
+        "moe_ffn_hidden_size": _need(cfg, "moe_intermediate_size"),
+        "moe_router_topk": _need(cfg, "num_experts_per_tok"),
         "moe_layer_freq": freq,
         "moe_shared_expert_intermediate_size": shared or None,
         "moe_shared_expert_gate": bool(shared),
@@ -154,13 +170,13 @@ def transformer_config_kwargs(hf_config: Mapping[str, Any], family_key: str) -> 
     """
     family_info(family_key)
     cfg = _text_config(hf_config)
-    num_layers = int(cfg["num_hidden_layers"])
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
+    num_layers = _need(cfg, "num_hidden_layers")
+    hidden = _need(cfg, "hidden_size")
+    heads = _need(cfg, "num_attention_heads")
     kw: dict[str, Any] = {
         "num_layers": num_layers,
         "hidden_size": hidden,
-        "ffn_hidden_size": int(cfg["intermediate_size"]),
+        "ffn_hidden_size": _need(cfg, "intermediate_size"),
         "num_attention_heads": heads,
         "num_query_groups": int(cfg.get("num_key_value_heads") or heads),
         "kv_channels": int(cfg.get("head_dim") or hidden // heads),
@@ -201,10 +217,18 @@ def _glm_moe_dsa(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
         **_deepseek_v3(cfg, num_layers),
         "transformer_impl": "transformer_engine",
         "experimental_attention_variant": "dsa",
-        "dsa_indexer_n_heads": int(cfg["index_n_heads"]),
-        "dsa_indexer_head_dim": int(cfg["index_head_dim"]),
-        "dsa_indexer_topk": int(cfg["index_topk"]),
+        "dsa_indexer_n_heads": _need(cfg, "index_n_heads"),
+        "dsa_indexer_head_dim": _need(cfg, "index_head_dim"),
+        "dsa_indexer_topk": _need(cfg, "index_topk"),
     }
+
+
+def shares_indexer(hf_config: Mapping[str, Any], layer: int) -> bool:
+    """Whether DSA decoder layer ``layer`` reuses an earlier layer's top-k and holds no indexer
+    of its own (GLM-5.2's ``indexer_types`` entry ``shared``; megatron-core >= 0.19 builds no
+    indexer there either, its ``dsa_indexer_topk_freq`` layers)."""
+    kinds = _text_config(hf_config).get("indexer_types")
+    return isinstance(kinds, list) and layer < len(kinds) and kinds[layer] == "shared"
 
 
 def _qwen3_next(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
@@ -218,11 +242,11 @@ def _qwen3_next(cfg: Mapping[str, Any], num_layers: int) -> dict[str, Any]:
             1 if t == "linear_attention" else 0
             for t in cfg.get("layer_types") or ["full_attention"] * num_layers
         ],
-        "linear_conv_kernel_dim": int(cfg["linear_conv_kernel_dim"]),
-        "linear_key_head_dim": int(cfg["linear_key_head_dim"]),
-        "linear_value_head_dim": int(cfg["linear_value_head_dim"]),
-        "linear_num_key_heads": int(cfg["linear_num_key_heads"]),
-        "linear_num_value_heads": int(cfg["linear_num_value_heads"]),
+        "linear_conv_kernel_dim": _need(cfg, "linear_conv_kernel_dim"),
+        "linear_key_head_dim": _need(cfg, "linear_key_head_dim"),
+        "linear_value_head_dim": _need(cfg, "linear_value_head_dim"),
+        "linear_num_key_heads": _need(cfg, "linear_num_key_heads"),
+        "linear_num_value_heads": _need(cfg, "linear_num_value_heads"),
         **_qwen3_next_moe(cfg, num_layers),
     }
 
@@ -244,11 +268,11 @@ def _mla_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     scaling = {**(cfg.get("rope_parameters") or {}), **(cfg.get("rope_scaling") or {})}
     kw: dict[str, Any] = {
         "multi_latent_attention": True,
-        "q_lora_rank": int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
-        "kv_lora_rank": int(cfg["kv_lora_rank"]),
-        "qk_head_dim": int(cfg["qk_nope_head_dim"]),
-        "qk_pos_emb_head_dim": int(cfg["qk_rope_head_dim"]),
-        "v_head_dim": int(cfg["v_head_dim"]),
+        "q_lora_rank": _need(cfg, "q_lora_rank") if cfg.get("q_lora_rank") else None,
+        "kv_lora_rank": _need(cfg, "kv_lora_rank"),
+        "qk_head_dim": _need(cfg, "qk_nope_head_dim"),
+        "qk_pos_emb_head_dim": _need(cfg, "qk_rope_head_dim"),
+        "v_head_dim": _need(cfg, "v_head_dim"),
         "qk_layernorm": True,
         "rotary_base": float(_rope_theta(cfg)),
         "rope_type": "yarn" if scaling.get("rope_type", scaling.get("type")) == "yarn" else "rope",
@@ -296,7 +320,7 @@ def gpt_model_kwargs(hf_config: Mapping[str, Any], family_key: str) -> dict[str,
     family_info(family_key)
     cfg = _text_config(hf_config)
     return {
-        "vocab_size": int(cfg["vocab_size"]),
+        "vocab_size": _need(cfg, "vocab_size"),
         "max_sequence_length": int(cfg.get("max_position_embeddings", 4096)),
         "position_embedding_type": "rope",
         "rotary_percent": _partial_rotary(cfg),

@@ -63,6 +63,7 @@ from mtpcheck.convert.megatron_config import (
     family_info,
     gpt_model_kwargs,
     layer_pattern,
+    shares_indexer,
     transformer_config_kwargs,
 )
 
@@ -201,7 +202,10 @@ def expected_layer_names(
         raise ValueError(f"layer {layer} out of range for {n} decoder layers")
     linear = layer_pattern(kw, "linear_attention_freq")[layer] == 1
     moe = kw.get("num_moe_experts") is not None and layer_pattern(kw, "moe_layer_freq")[layer]
-    return {**_attention_names(kw, spec, linear), **_mlp_names(kw, spec, bool(moe))}
+    names = {**_attention_names(kw, spec, linear), **_mlp_names(kw, spec, bool(moe))}
+    if shares_indexer(hf_config, layer):
+        names = {k: v for k, v in names.items() if ".core_attention.indexer." not in k}
+    return names
 
 
 def expected_mtp_layer_names(

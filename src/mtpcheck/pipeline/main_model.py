@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mtpcheck.convert import builtin, megatron_names
-from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.errors import ConfigKeyError, InputError, MtpcheckError
 from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER, FUSED_NORMS
@@ -69,10 +69,6 @@ def _hf_sources(megatron: str, family: MtpFamily | None) -> tuple[str, ...]:
     return ()
 
 
-def _unbuildable(reason: str) -> CheckResult:
-    return CheckResult(NAME, TITLE, (Finding("config.json", Status.FAIL, reason),))
-
-
 def _skip(reason: str) -> CheckResult:
     return CheckResult(NAME, TITLE, (Finding("main model", Status.SKIP, reason),))
 
@@ -89,7 +85,8 @@ def mcore_model_check(hf: Checkpoint) -> CheckResult:
     except MtpcheckError as e:
         finding = Finding("main model", Status.FAIL, f"cannot be mapped to Megatron names: {e}")
         return CheckResult(NAME, TITLE, (finding,))
-    return _judge(view.tensors, view.sources, view.plan.unmapped, key, hf.config)
+    where = f"{hf.path}/config.json"
+    return _judge(view.tensors, view.sources, view.plan.unmapped, key, hf.config, where)
 
 
 def megatron_mcore_model_check(megatron: Checkpoint, hf_config: Mapping[str, Any]) -> CheckResult:
@@ -98,7 +95,7 @@ def megatron_mcore_model_check(megatron: Checkpoint, hf_config: Mapping[str, Any
         key = builtin.writer_family(hf_config, megatron.path)
     except InputError as e:
         return _skip(f"not judged: {e.reason}")
-    return _judge(megatron.tensors, {}, (), key, hf_config)
+    return _judge(megatron.tensors, {}, (), key, hf_config, megatron.path)
 
 
 def _judge(
@@ -107,16 +104,16 @@ def _judge(
     unmapped: tuple[str, ...],
     key: str,
     hf_config: Mapping[str, Any],
+    where: str,
 ) -> CheckResult:
     """One FAIL per main-model tensor (canonical Megatron names) megatron-core's model of the
     config holds and ``tensors`` lack, hold in another shape, or hold beyond it; and one per
-    source tensor no mapping rule covers (``unmapped``)."""
+    source tensor no mapping rule covers (``unmapped``). A config that lacks a key the model
+    needs is input mtpcheck cannot judge (a :class:`ConfigKeyError` naming ``where``)."""
     try:
         expected = megatron_names.expected_model_names(key, hf_config)
-    except KeyError as e:
-        return _unbuildable(f"the config lacks {e}, which megatron-core's model needs")
-    except (ValueError, TypeError) as e:
-        return _unbuildable(f"megatron-core's model cannot be built from the config: {e}")
+    except ConfigKeyError as e:
+        raise e.at(where) from e
 
     family = detect_family(hf_config)
 
