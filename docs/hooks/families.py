@@ -107,7 +107,9 @@ def _copies(f: MtpFamily) -> str:
 
 def _converter(f: MtpFamily) -> str:
     if f.support.writer is None:
-        return "no"
+        why = f": {plain(f.support.no_writer)}" if f.support.no_writer else ""
+        others = "; ".join(plain(c.words()) for c in f.support.elsewhere)
+        return f"no{why}" + (f"; {others}" if others else "")
     cell = "yes"
     if f.support.writer.layout != f.key:
         cell += f" (as `{f.support.writer.layout}`)"

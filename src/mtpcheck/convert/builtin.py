@@ -10,7 +10,8 @@ from typing import Any
 
 from mtpcheck.convert.file_ranges import FileRanges, map_private
 from mtpcheck.dtypes import itemsize, torch_name
-from mtpcheck.errors import InputError
+from mtpcheck.errors import ConfigKeyError, InputError
+from mtpcheck.families import MtpFamily
 from mtpcheck.formats.chunked_read import read_spans_into, slice_spans
 from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
 from mtpcheck.mapping import MappedCheckpoint, as_hf, as_megatron
@@ -20,10 +21,10 @@ from mtpcheck.model import ByteSpan, Checkpoint, HasByteSpans, HasSpanReader, re
 from mtpcheck.ticker import Ticker
 from mtpcheck.torch_threads import configure_torch_threads
 
-OWN_CONVERTER = "bring your own converter with --to-megatron and --to-hf"
+OWN_CONVERTER = "give converters as --to-megatron CMD and --to-hf CMD"
 """What to do instead, said by ``roundtrip`` (whose options those are)."""
 CONVERT_ELSEWHERE = (
-    "convert it with your own tool and compare with `mtpcheck diff SRC MEGATRON`, or round-trip "
+    "convert it with such a tool and compare with `mtpcheck diff SRC MEGATRON`, or round-trip "
     "it with `mtpcheck roundtrip SRC --to-megatron CMD --to-hf CMD`"
 )
 """What to do instead, said by ``convert hf-to-megatron``."""
@@ -85,10 +86,19 @@ def writer_family(hf_config: Mapping[str, Any], where: str, instead: str = OWN_C
             f"with a mapping: {mapped_families()})",
         ) from e
     if family.support.writer is None:
-        raise InputError(
-            where, f"the built-in converter cannot write {family.display} yet; {instead}"
-        )
+        raise InputError(where, cannot_write(family, instead))
     return family.support.writer.layout
+
+
+def cannot_write(family: MtpFamily, instead: str) -> str:
+    """Why the built-in converter refuses ``family``, which converter does convert it (the
+    family record's), and what to do ``instead``."""
+    support = family.support
+    why = f": {support.no_writer}" if support.no_writer else " yet"
+    others = "; ".join(c.words() for c in support.elsewhere)
+    return f"the built-in converter cannot write {family.display}{why}; " + (
+        f"{others}: {instead}" if others else instead
+    )
 
 
 def require_empty_destination(dst: Path) -> None:
@@ -352,8 +362,11 @@ def hf_to_megatron(
     ticker = Ticker("writing Megatron", total, log) if log is not None else None
     ranges = FileRanges()
     tensors = _OneAtATime(view, ticker, ranges)
-    kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
-    args = megatron_config.args_namespace(hf.config, key)
+    try:
+        kwargs = megatron_config.transformer_config_kwargs(hf.config, key)
+        args = megatron_config.args_namespace(hf.config, key)
+    except ConfigKeyError as e:
+        raise e.at(f"{hf.path}/config.json") from e
     try:
         written = write_torch_dist(
             dst,

@@ -12,6 +12,7 @@ from dataclasses import replace
 from mtpcheck.families.catalog_2026 import FAMILIES_2026, qwen_style
 from mtpcheck.families.interface import (
     MEASURABLE,
+    MEGATRON_BRIDGE,
     AcceptSupport,
     ChainHidden,
     ConcatOrder,
@@ -21,6 +22,7 @@ from mtpcheck.families.interface import (
     MegatronWriter,
     MtpCount,
     MtpFamily,
+    OtherConverter,
     Serving,
     SharedCopy,
     Support,
@@ -105,6 +107,12 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         megatron=_DEEPSEEK_MAPPING,
         serving=replace(_ROUTED, stored_copies=SHARED_HEAD),
+        support=Support(
+            no_writer="megatron-core's MTP layer draws through the main output layer and has no "
+            "head of its own, while DeepSeek-V3.2's holds shared_head.head as its own tensor, "
+            f"which a Megatron checkpoint cannot keep ({MEGATRON_BRIDGE} has no DeepSeek-V3.2 "
+            "bridge either)"
+        ),
         notes="MTP block carries the sparse-attention indexer; shared_head.head is "
         "reported trained on its own, so only embed_tokens is compared as a copy",
     ),
@@ -114,7 +122,7 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ("DeepseekV3ForCausalLM",),
         CopyPolicy.REQUIRED,
         serving=replace(_ROUTED, stored_copies=SHARED_HEAD),
-        support=Support(writer=_DEEPSEEK_WRITER),
+        support=Support(writer=_DEEPSEEK_WRITER, build_as="deepseek_v3"),
         notes="DeepSeek-V3 architecture; released configs declare 0 MTP layers",
     ),
     _deepseek_style(
@@ -180,10 +188,11 @@ FAMILIES: tuple[MtpFamily, ...] = (
         ),
         serving=Serving(chain_hidden=ChainHidden.PRE_NORM, first_state=ChainHidden.PRE_NORM),
         support=Support(
+            elsewhere=(OtherConverter(MEGATRON_BRIDGE, "Step35Bridge", mtp=True),),
             accept=AcceptSupport(
                 why_not="Step-3.5 releases ship remote code only (model_type step3p5 without a "
                 "transformers class for the checkpoint's transformer.* names)"
-            )
+            ),
         ),
         notes="3 dense MTP layers; each shared_head.output is trained on its own, not a copy",
     ),

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from mtpcheck.families.interface import (
     MEASURABLE,
+    MEGATRON_BRIDGE,
     NOT_MEASURABLE,
     AcceptSupport,
     ChainHidden,
@@ -24,6 +25,7 @@ from mtpcheck.families.interface import (
     MegatronWriter,
     MtpCount,
     MtpFamily,
+    OtherConverter,
     Serving,
     SharedCopy,
     Support,
@@ -47,6 +49,8 @@ def qwen_style(
     accept: AcceptSupport = NOT_MEASURABLE,
     writer: MegatronWriter | None = None,
     notes: str = "",
+    no_writer: str = "",
+    elsewhere: tuple[OtherConverter, ...] = (),
 ) -> MtpFamily:
     """Families with Qwen3-Next's top-level ``mtp.`` block: ``mtp.fc`` over
     cat(``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``), then ``mtp.layers.{i}``;
@@ -67,7 +71,7 @@ def qwen_style(
             head_parts=QWEN_HEAD_PARTS,
         ),
         megatron=megatron,
-        support=Support(writer=writer, accept=accept),
+        support=Support(writer=writer, accept=accept, no_writer=no_writer, elsewhere=elsewhere),
         notes=notes,
     )
 
@@ -223,6 +227,11 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         root="model.language_model.",
         megatron=_QWEN_MAPPING,
         accept=MEASURABLE,
+        no_writer="it writes the language model of Qwen3.5 (the text-only qwen3_5_text "
+        "checkpoint), not a vision-language checkpoint with its vision tower",
+        elsewhere=(
+            OtherConverter(MEGATRON_BRIDGE, "Qwen35VLBridge / Qwen35VLMoEBridge", mtp=True),
+        ),
         notes="MTP block is a full-attention layer; MoE releases pack experts in one of main "
         "and MTP and not the other, either way round",
     ),
@@ -313,10 +322,11 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
             block_lacks=("attn.compressor.", "attn.indexer."),
         ),
         support=Support(
+            elsewhere=(OtherConverter(MEGATRON_BRIDGE, "DeepSeekV4Bridge", mtp=True),),
             accept=AcceptSupport(
                 why_not="split e_proj/h_proj projections over hyper-connection streams are "
                 "not built yet"
-            )
+            ),
         ),
         notes="e_proj(embedding) + h_proj(hidden); the Base release stores embed/head copies",
     ),
@@ -511,13 +521,10 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
     ),
     # MiniMax-M2 / M2.5 / M2.7 configs advertise use_mtp and num_mtp_modules: 3, but no
     # release ships MTP weights (MiniMax-M2.7 issue #16); no engine has an MTP loader. The
-    # layout is MiniMax-M3's, the only one published.
-    _minimax(
-        "minimax_m2",
-        "MiniMax-M2",
-        "minimax_m2",
-        "MiniMaxM2ForCausalLM",
-        root="",
+    # layout is MiniMax-M3's, the only one published. MiniMaxM2Bridge: "MTP modules are not mapped".
+    replace(
+        _minimax("minimax_m2", "MiniMax-M2", "minimax_m2", "MiniMaxM2ForCausalLM", root=""),
+        support=Support(elsewhere=(OtherConverter(MEGATRON_BRIDGE, "MiniMaxM2Bridge", False),)),
         notes="configs advertise 3 MTP modules; released weights hold none",
     ),
     # transformers models/nemotron_h (ignores r"mtp.*"); vLLM nemotron_h_mtp.py, SGLang
@@ -546,10 +553,13 @@ FAMILIES_2026: tuple[MtpFamily, ...] = (
         megatron=MegatronMapping(hybrid_layers=True),
         serving=Serving(limits=NEMOTRON_H_ONE_LAYER),
         support=Support(
+            no_writer="megatron-core holds it as its hybrid (Mamba) model, and the built-in "
+            "writer writes GPTModel layouts only",
+            elsewhere=(OtherConverter(MEGATRON_BRIDGE, "NemotronHBridge", mtp=True),),
             accept=AcceptSupport(
                 why_not="transformers cannot run speculative decoding on its stateful Mamba "
                 "layers, and the head is not built yet"
-            )
+            ),
         ),
     ),
     # transformers models/gemma4 and models/gemma4_assistant; vLLM gemma4_mtp.py. Gemma 4's

@@ -59,6 +59,29 @@ class MegatronWriter:
 
 
 @dataclass(frozen=True)
+class OtherConverter:
+    """A converter outside mtpcheck that converts the family between HF and Megatron, as
+    mtpcheck's refusals name it (with the version its code was read in)."""
+
+    tool: str
+    """The tool and its version (``Megatron-Bridge 0.6.2``)."""
+    part: str
+    """What in the tool converts the family (its bridge class)."""
+    mtp: bool
+    """Whether it converts the MTP layers too (else a checkpoint it writes has none)."""
+
+    def words(self) -> str:
+        """The converter in a refusal: what it is, and whether the MTP layers come along."""
+        mtp = "the MTP layers included" if self.mtp else "but not the MTP layers"
+        return f"{self.tool}'s {self.part} converts it ({mtp})"
+
+
+MEGATRON_BRIDGE = "Megatron-Bridge 0.6.2"
+"""The Megatron-Bridge release whose bridges the family records name (this project's
+third-party tier runs it: tests/thirdparty/megatron_bridge_062)."""
+
+
+@dataclass(frozen=True)
 class AcceptSupport:
     """Whether ``accept`` can compute the family's MTP head, and if not, why."""
 
@@ -200,6 +223,10 @@ class Support:
     writer: MegatronWriter | None = None
     """The built-in converter's megatron-core description; None: it cannot write the family
     (``--to-megatron`` with a converter of one's own still can)."""
+    no_writer: str = ""
+    """Why the built-in converter cannot write the family (where ``writer`` is None)."""
+    elsewhere: tuple[OtherConverter, ...] = ()
+    """Converters outside mtpcheck that convert the family, named where mtpcheck refuses."""
     accept: AcceptSupport = NOT_MEASURABLE
     """Whether ``accept`` computes the family's MTP head."""
     build_as: str | None = None
