@@ -30,6 +30,7 @@ from mtpcheck.checks.roundtrip_checks import (
 )
 from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
@@ -268,13 +269,24 @@ def _source_path(
     opts: RoundtripOptions, work: Path, log: Callable[[str], None]
 ) -> tuple[Path, str | None]:
     """The checkpoint to convert, and how the report names it where that is not the path
-    the user gave (``--synthetic``: one built from it in ``work``)."""
+    the user gave (``--synthetic``: one built from it in ``work``, once the family is known
+    to be one the round trip can judge and, without converters of the user's, write)."""
     if not opts.synthetic:
         return opts.source, None
-    from mtpcheck.convert.synthetic import build_synthetic
+    from mtpcheck.convert import builtin
+    from mtpcheck.convert.synthetic import build_synthetic, synthetic_config
+    from mtpcheck.mapping import MappingError
+    from mtpcheck.mapping.plan import mappable_family
 
+    config_path, config, family = synthetic_config(opts.source)
+    try:
+        mappable_family(config)
+    except MappingError as e:
+        raise _unjudged(e, config_path, opts.source, family) from e
+    if not opts.to_megatron or not opts.to_hf:
+        builtin.writer_family(config, str(config_path))
     log(f"building a synthetic checkpoint from {opts.source}")
-    source_path = build_synthetic(opts.source, work / "synthetic")
+    source_path = build_synthetic(opts.source, work / "synthetic", log=log)
     return source_path, f"synthetic checkpoint built from {opts.source}"
 
 
@@ -366,17 +378,27 @@ def _stage2(
 def _require_mapping(source: Checkpoint, shown: Path) -> None:
     """Refuse a source whose Megatron checkpoint mtpcheck could not judge, before a converter
     runs (hours on a real model) rather than after both."""
-    from mtpcheck.mapping import MappingError, as_megatron, mapped_families
+    from mtpcheck.mapping import MappingError, as_megatron
 
     try:
         as_megatron(source)
     except MappingError as e:
-        raise InputError(
-            source.path,
-            f"{e}: roundtrip cannot judge the Megatron checkpoint between its stages, so no "
-            f"converter was run; `mtpcheck diff {shown} FINAL_HF` compares the two HF ends "
-            f"(families with a mapping: {mapped_families()})",
-        ) from e
+        raise _unjudged(e, source.path, shown, detect_family(source.config)) from e
+
+
+def _unjudged(e: Exception, where: str | Path, shown: Path, family: MtpFamily | None) -> InputError:
+    """The refusal of a source with no HF <-> Megatron mapping: what converts it elsewhere,
+    and how to compare the ends of a round trip through it."""
+    from mtpcheck.mapping import mapped_families
+
+    others = "; ".join(c.words() for c in family.support.elsewhere) if family else ""
+    return InputError(
+        where,
+        f"{e}: roundtrip cannot judge the Megatron checkpoint between its stages, so no "
+        f"converter was run; {others + ': ' if others else ''}`mtpcheck diff {shown} FINAL_HF` "
+        f"compares the two HF ends (families with a mapping: "
+        f"{mapped_families()})",
+    )
 
 
 def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
