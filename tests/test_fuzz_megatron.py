@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from mtpcheck.errors import MtpcheckError
+from mtpcheck.errors import MtpcheckError, raised_by_us
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.formats.safe_pickle import load_raw_pickle
 from tests.conftest import FIXTURES
@@ -149,13 +149,24 @@ def _outcome(text: str) -> None:
         event(text)
 
 
+def _refusal(e: MtpcheckError) -> None:
+    """A refusal is one line, and never a bug of mtpcheck's worded as bad input: no error it
+    was made from was raised in mtpcheck's own frames."""
+    assert len(str(e).splitlines()) == 1, str(e)
+    cause = e.__cause__
+    while cause is not None:
+        assert not raised_by_us(cause), f"{e} hides a bug: {cause!r}"
+        cause = cause.__cause__
+
+
 def probe(original: Original) -> None:
-    """Open the checkpoint and read every tensor; only mtpcheck's errors may escape."""
+    """Open the checkpoint and read every tensor; only mtpcheck's errors may escape, and none
+    of them may hide an error raised in mtpcheck's own code."""
     try:
         try:
             ckpt = open_checkpoint(original.iteration)
         except MtpcheckError as e:
-            assert len(str(e).splitlines()) == 1, str(e)
+            _refusal(e)
             _outcome("open refused")
             return
         refused = 0
@@ -166,7 +177,7 @@ def probe(original: Original) -> None:
                     assert 0 < len(chunk) <= CHUNK, (name, len(chunk))
                     got += len(chunk)
             except MtpcheckError as e:
-                assert len(str(e).splitlines()) == 1, str(e)
+                _refusal(e)
                 refused += 1
                 continue
             assert meta.readable, f"{name} read although marked unreadable"

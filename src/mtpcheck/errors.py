@@ -29,8 +29,36 @@ def one_line(text: str) -> str:
 def shown(value: object, limit: int = 60) -> str:
     """``value`` as a message quotes input: its ``repr``, cut to ``limit`` characters (a file
     may hold a value of any length)."""
-    text = repr(value)
+    return shown_text(repr(value), limit)
+
+
+def shown_text(text: str, limit: int = 300) -> str:
+    """``text`` that may quote input (a library's error message), cut to ``limit`` characters."""
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+_PACKAGE = str(Path(__file__).resolve().parent)
+
+
+class RefusedInput(ValueError):
+    """What mtpcheck raises on purpose about input, below the code that knows the file (a
+    stand-in called with wrong arguments, a pickle changing what it was handed): the caller
+    words it for the file; never a bug of ours."""
+
+
+def raised_by_us(e: BaseException) -> bool:
+    """Whether ``e``, caught where mtpcheck hands input to a library (an unpickler, a parser),
+    is a bug of mtpcheck's own: raised in a frame of mtpcheck's below the one that caught it,
+    and no error mtpcheck raises on purpose. Raised by the library itself, or by what it
+    calls outside mtpcheck, it is the input's."""
+    if isinstance(e, (MtpcheckError, RefusedInput)):
+        return False
+    tb = e.__traceback__
+    if tb is None or tb.tb_next is None:  # raised in the library's own code
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
 
 
 class MtpcheckError(Exception):

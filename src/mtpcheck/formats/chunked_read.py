@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,6 +77,30 @@ def read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
                 done += n
         pos += span.length
     return pos
+
+
+def read_capped(path: str | os.PathLike[str], cap: int) -> bytes:
+    """A small file whole (a pickle, a tracker, a JSON file), refused with an
+    :class:`InputError` where it is no regular file (a FIFO would block ``open``) or holds
+    more than ``cap`` bytes, before a byte is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise InputError(str(path), e.strerror or str(e)) from e
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(str(path), "not a regular file")
+        if info.st_size > cap:
+            raise InputError(str(path), f"{info.st_size} bytes, more than the {cap} it may hold")
+        data = os.pread(fd, info.st_size + 1, 0)  # one byte more: a file that grew is seen
+    except OSError as e:
+        raise InputError(str(path), e.strerror or str(e)) from e
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise InputError(str(path), f"more than {cap} bytes")
+    return data
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 from mtpcheck.errors import InputError
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER
@@ -50,6 +50,35 @@ def wrapper_prefix(names: Iterable[str]) -> str:
         if any(n.startswith(prefix + head) for n in names for head in _LM_HEADS):
             return prefix
     return ""
+
+
+_ANY_DIGITS = re.compile(r"\d+")  # ``\d``: any Unicode digit, as int() reads them
+MAX_DIGITS = 18
+"""Digits of the largest layer, expert or rank number mtpcheck reads (int() refuses more than
+4300, and no checkpoint holds 10**18 of anything)."""
+
+
+def odd_number(key: str) -> str | None:
+    """A number in a tensor key spelled as no writer spells one, or None: digits other than
+    ASCII, leading zeros, or more than :data:`MAX_DIGITS` digits. ``int()`` reads such a
+    spelling as a plain number, so two keys would name one layer (or expert): ambiguous."""
+    for m in _ANY_DIGITS.finditer(key):
+        text = m.group(0)
+        if not text.isascii() or (len(text) > 1 and text[0] == "0") or len(text) > MAX_DIGITS:
+            return text
+    return None
+
+
+def inside(relative: Any) -> TypeGuard[str]:
+    """Whether a path a checkpoint's index names stays inside the checkpoint's directory: a
+    plain ``str`` (no object whose behaviour a file set), relative, without a ``..`` or empty
+    component and without NUL, judged on its text alone."""
+    if type(relative) is not str or not relative or "\0" in relative:
+        return False
+    parts = relative.replace("\\", "/").split("/")
+    return (
+        relative[0] not in "/\\" and ":" not in parts[0] and all(p not in ("", "..") for p in parts)
+    )
 
 
 def is_model_key(key: str) -> bool:

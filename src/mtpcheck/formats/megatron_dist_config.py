@@ -5,15 +5,16 @@ read as mtpcheck's canonical Megatron config."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.formats.megatron_common import (
     MODEL_TYPE,
     RUN_CONFIG_FILE,
     args_config,
     config_from_mapping,
+    inside,
 )
 from mtpcheck.model import IntegrityIssue
 
@@ -37,8 +38,10 @@ def _embedded_common_state(
         relative = getattr(info, "relative_path", None)
         offset, length = getattr(info, "offset", None), getattr(info, "length", None)
         where = f"{directory / '.metadata'} ({fqn})"
-        if not isinstance(relative, str) or PurePosixPath(relative).name != relative:
-            raise InputError(where, f"points to {relative!r}, outside the checkpoint directory")
+        if not inside(relative) or "/" in relative or "\\" in relative:
+            raise InputError(
+                where, f"points to {shown(relative)}, outside the checkpoint directory"
+            )
         if not (isinstance(offset, int) and isinstance(length, int) and offset >= 0):
             raise InputError(where, "has no valid byte range")
         if not 0 < length <= MAX_COMMON_BYTES:

@@ -16,6 +16,11 @@ loader here resolves only an allowlist of globals:
   (as inert stand-ins that store their fields), ``torch.Size``, dtypes, ``pathlib`` paths and
   plain containers.
 
+Whatever a global resolves to, the file cannot change it (:mod:`mtpcheck.formats.inert`): the
+classes are made for one load and refuse new attributes, the functions take no state, and the
+values refuse state once made. A pickle's opcodes are walked first
+(:mod:`mtpcheck.formats.pickle_scan`), so what loading it costs is bounded by its size.
+
 Nothing here imports torch: Megatron checkpoints are read with the core install.
 Classes from ``megatron*`` modules, and in ``.pt`` files the numpy arrays of a saved RNG
 state, become :class:`Placeholder` objects that only store their state, so neither megatron nor
@@ -26,16 +31,17 @@ placeholders and torch's globals stand-ins); use it only for files from a truste
 from __future__ import annotations
 
 import builtins
-import codecs
 import collections
-import functools
 import io
 import pathlib
 import pickle
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, RefusedInput, raised_by_us, shown, shown_text
+from mtpcheck.formats.chunked_read import read_capped
+from mtpcheck.formats.inert import ON_CLASS, InertCall, LoadScope, RefusedChange
+from mtpcheck.formats.pickle_scan import scan
 from mtpcheck.formats.torch_pickle import TorchReadError, storage_ref, torch_global
 from mtpcheck.formats.torch_save_file import Archive
 
@@ -44,7 +50,8 @@ PLACEHOLDER_PREFIXES = ("megatron",)
 
 
 class Placeholder:
-    """Inert stand-in for a class of an unavailable module: it only records its state."""
+    """Inert stand-in for a class of an unavailable module: it only records its state. Each
+    load makes its own subclass per class name (:class:`~mtpcheck.formats.inert.LoadScope`)."""
 
     _qualified_name = "?"
 
@@ -56,7 +63,9 @@ class Placeholder:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.__dict__["_args"] = args
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Any = ON_CLASS) -> None:
+        if state is ON_CLASS:  # BUILD on the class: pickle calls this with the state alone
+            raise RefusedChange("the pickle changes a class it was handed")
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
             state = {**(state[0] or {}), **state[1]}
         if isinstance(state, dict):
@@ -68,13 +77,6 @@ class Placeholder:
         return f"<{self._qualified_name}>"
 
 
-@functools.cache
-def placeholder_for(qualified_name: str) -> type[Placeholder]:
-    """One placeholder class per original class name (cached, so identities are stable)."""
-    short = qualified_name.rsplit(".", 1)[-1]
-    return type(short, (Placeholder,), {"_qualified_name": qualified_name})
-
-
 def _is_placeholder_module(module: str) -> bool:
     return module.split(".", 1)[0].startswith(PLACEHOLDER_PREFIXES)
 
@@ -82,7 +84,7 @@ def _is_placeholder_module(module: str) -> bool:
 def _refusal(path: str | Path, qualified_name: str) -> InputError:
     return InputError(
         path,
-        f"refusing to unpickle {qualified_name} (not on the allowlist); "
+        f"refusing to unpickle {shown_text(qualified_name, 200)} (not on the allowlist); "
         "loading this file could run arbitrary code",
     )
 
@@ -102,28 +104,56 @@ _NUMPY_GLOBALS = frozenset(
 """What a pickled numpy array or scalar names; Megatron-LM's saved RNG state holds some."""
 
 
-def _plain_pt_global(qualified_name: str) -> Any | None:
+def _path_text(flavour: type[pathlib.PurePath]) -> InertCall:
+    """A pickled path as its text: a ``str``, which no file can change (the path classes
+    themselves are never handed out)."""
+
+    def make(*parts: Any) -> str:
+        if not all(type(p) is str for p in parts):
+            raise TorchReadError(f"{flavour.__name__} of {shown(parts)}")
+        return str(flavour(*parts))
+
+    return InertCall(f"pathlib.{flavour.__name__}", make)
+
+
+def _signal(value: Any) -> int:
+    """``signal.Signals(15)`` as its number (an enum member is shared by the process)."""
+    import signal
+
+    if type(value) is not int or value not in {int(s) for s in signal.Signals}:
+        raise TorchReadError(f"signal {shown(value)}")
+    return value
+
+
+_PATHS = {
+    "PosixPath": _path_text(pathlib.PurePosixPath),
+    "PurePosixPath": _path_text(pathlib.PurePosixPath),
+    "WindowsPath": _path_text(pathlib.PureWindowsPath),
+    "PureWindowsPath": _path_text(pathlib.PureWindowsPath),
+}
+_SIGNAL = InertCall("signal.Signals", _signal)
+
+
+def _plain_pt_global(qualified_name: str, scope: LoadScope) -> Any | None:
     """The standard-library types Megatron's own ``weights_only`` loads allow, or None."""
     if qualified_name == "argparse.Namespace":
         import argparse
 
-        return argparse.Namespace
+        return scope.frozen(qualified_name, argparse.Namespace)
     if qualified_name == "types.SimpleNamespace":
         import types as types_module
 
-        return types_module.SimpleNamespace
+        return scope.frozen(qualified_name, types_module.SimpleNamespace)
     if qualified_name in ("pathlib.PosixPath", "pathlib._local.PosixPath"):
-        return pathlib.PurePosixPath
+        return _PATHS["PosixPath"]
     if qualified_name == "_io.BytesIO":
-        return io.BytesIO
+        return io.BytesIO  # a builtin type: nothing of it can be set
     if qualified_name == "signal.Signals":
-        import signal
-
-        return signal.Signals
+        return _SIGNAL
     return None
 
 
-def _extra_pt_global(qualified_name: str) -> Any | None:
+def _extra_pt_global(qualified_name: str, scope: LoadScope) -> Any | None:
     """Resolve a global allowed in ``.pt`` files beyond torch's defaults, or None.
 
     These are the globals megatron-core itself allowlists for its ``weights_only`` loads
@@ -133,18 +163,18 @@ def _extra_pt_global(qualified_name: str) -> Any | None:
     """
     module = qualified_name.rpartition(".")[0]
     if _is_placeholder_module(module) or qualified_name in _NUMPY_GLOBALS:
-        return placeholder_for(qualified_name)
-    return _plain_pt_global(qualified_name)
+        return scope.frozen(qualified_name, Placeholder)
+    return _plain_pt_global(qualified_name, scope)
 
 
-def _pt_global(module: str, name: str) -> Any | None:
+def _pt_global(module: str, name: str, scope: LoadScope) -> Any | None:
     """Resolve a global a ``.pt`` file may name, or None: torch's tensor, storage and dtype
     globals as inert stand-ins (:mod:`mtpcheck.formats.torch_pickle`), plain containers, and
     the few standard-library types megatron-core allowlists for its own loads."""
     found = torch_global(module, name)
     if found is not None:
         return found
-    found = _extra_pt_global(f"{module}.{name}")
+    found = _extra_pt_global(f"{module}.{name}", scope)
     return found if found is not None else _container_global(module, name)
 
 
@@ -156,9 +186,10 @@ class _PtUnpickler(pickle.Unpickler):
     def __init__(self, file: Any, path: str | Path, archive: Archive, trusting: bool) -> None:
         super().__init__(file)
         self._path, self._archive, self._trusting = path, archive, trusting
+        self._scope = LoadScope()
 
     def find_class(self, module: str, name: str) -> Any:
-        obj = _pt_global(module, name)
+        obj = _pt_global(module, name, self._scope)
         if obj is not None:
             return obj
         if self._trusting:
@@ -208,24 +239,41 @@ def unpickle_archive(
 ) -> Any:
     """The object of an open archive's ``data.pkl`` (see :func:`load_torch_file`)."""
     try:
-        data = io.BytesIO(archive.pickle_bytes(max_bytes))
-        return _PtUnpickler(data, path, archive, trust_pickle).load()
-    except InputError:
-        raise
+        data = archive.pickle_bytes(max_bytes)
     except TorchReadError as e:
         raise InputError(path, f"unreadable torch.save file ({e})") from e
     except OSError as e:
         raise InputError(path, e.strerror or str(e)) from e
-    except Exception as e:  # a corrupt file raises many types (IndexError, KeyError, ...)
-        raise InputError(path, f"unreadable torch.save file ({_one_line(e)})") from e
+    unpickler = _PtUnpickler(io.BytesIO(data), path, archive, trust_pickle)
+    return _load(unpickler, data, path, "unreadable torch.save file")
+
+
+def _load(unpickler: pickle.Unpickler, data: bytes, path: str | Path, what: str) -> Any:
+    """Run ``unpickler`` over ``data`` (its opcodes walked first, :func:`scan`): what the file
+    holds or names that mtpcheck refuses is an :class:`InputError` (``what``, and why), an
+    error raised in mtpcheck's own code on the way is not caught (a bug of ours: exit 3)."""
+    try:
+        scan(data)
+        return unpickler.load()
+    except InputError:
+        raise
+    except Exception as e:
+        if raised_by_us(e):
+            raise
+        said = shown_text(str(e)) if isinstance(e, RefusedInput) else _one_line(e)
+        raise InputError(path, f"{what} ({said})") from e
 
 
 class _TrustingUnpickler(pickle.Unpickler):
     """Unrestricted, except that megatron classes become placeholders (no megatron import)
     and torch's own globals stand-ins (no torch import)."""
 
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self._scope = LoadScope()
+
     def find_class(self, module: str, name: str) -> Any:
-        obj = _metadata_global(module, name)  # megatron placeholders and torch stand-ins first
+        obj = _metadata_global(module, name, self._scope)  # placeholders, stand-ins first
         return obj if obj is not None else super().find_class(module, name)
 
 
@@ -243,9 +291,9 @@ _DCP_METADATA_CLASSES = frozenset(
         "_MEM_FORMAT_ENCODING",
     }
 )
-_BUILTINS = frozenset(
-    {"dict", "list", "tuple", "set", "frozenset", "bytearray", "bytes", "complex", "slice"}
-)
+_BUILTINS = frozenset({"dict", "list", "tuple", "set", "frozenset", "complex", "slice"})
+"""Builtin types a pickle of data names: nothing of them can be set, and each makes an object
+of the arguments it is given, no larger than they are."""
 
 
 _DCP_DATA_CLASSES = {
@@ -279,49 +327,69 @@ class _TensorProperties(Placeholder):
     _qualified_name = "torch.distributed.checkpoint.metadata.TensorProperties"
     _FIELDS = ("dtype", "layout", "requires_grad", "memory_format", "pin_memory")
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: Any = ON_CLASS) -> None:
         if isinstance(state, tuple) and len(state) == len(self._FIELDS):
             self.__dict__.update(zip(self._FIELDS, state, strict=True))
         else:
             super().__setstate__(state)
 
 
-def _dcp_class(module: str, name: str) -> type[Placeholder] | None:
-    """An inert stand-in of an allowlisted DCP data class: it stores the fields it is given."""
+def _dcp_class(module: str, name: str, scope: LoadScope) -> type | None:
+    """This load's inert stand-in of an allowlisted DCP data class: it stores the fields it is
+    given."""
     if name not in _DCP_DATA_CLASSES.get(module, ()):
         return None
-    if name == "TensorProperties":
-        return _TensorProperties
-    return placeholder_for(f"{module}.{name}")
+    base = _TensorProperties if name == "TensorProperties" else Placeholder
+    return scope.frozen(f"{module}.{name}", base)
+
+
+def _data_bytes(*args: Any) -> bytes:
+    """``bytes`` and ``bytearray`` as protocol 2 pickles them: ``()`` or ``(text, "latin1")``
+    (never ``bytes(n)``, which would make ``n`` bytes out of a few)."""
+    if args == ():
+        return b""
+    if len(args) == 2 and type(args[0]) is str and args[1] in _LATIN1:
+        return args[0].encode("latin-1")
+    if len(args) == 1 and type(args[0]) in (bytes, bytearray):
+        return bytes(args[0])
+    raise TorchReadError(f"bytes of {shown(args)}")
+
+
+def _encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    """``_codecs.encode``, as protocol 2 pickles bytes with it: text to latin-1 bytes."""
+    if type(text) is not str or encoding not in _LATIN1:
+        raise TorchReadError(f"_codecs.encode of {shown((text, encoding))}")
+    return text.encode("latin-1")
+
+
+_LATIN1 = ("latin1", "latin-1")
+_DATA_CALLS = {
+    ("builtins", "bytes"): InertCall("builtins.bytes", _data_bytes),
+    ("builtins", "bytearray"): InertCall("builtins.bytearray", _data_bytes),
+    ("_codecs", "encode"): InertCall("_codecs.encode", _encode),
+}
 
 
 def _container_global(module: str, name: str) -> Any | None:
     """Plain containers and the bytes codec a pickle of data names, or None."""
     if (module, name) == ("collections", "OrderedDict"):
-        return collections.OrderedDict
-    if module in ("builtins", "__builtin__") and name in _BUILTINS:
+        return collections.OrderedDict  # a builtin type: nothing of it can be set
+    if module == "__builtin__":
+        module = "builtins"
+    if module == "builtins" and name in _BUILTINS:
         return getattr(builtins, name)
-    if (module, name) == ("_codecs", "encode"):
-        return codecs.encode
-    return None
+    return _DATA_CALLS.get((module, name))
 
 
-def _metadata_global(module: str, name: str) -> Any | None:
+def _metadata_global(module: str, name: str, scope: LoadScope) -> Any | None:
     """Resolve an allowlisted global of a DCP ``.metadata`` pickle, or None."""
     if _is_placeholder_module(module):
-        return placeholder_for(f"{module}.{name}")
-    found = _dcp_class(module, name) or torch_global(module, name)
+        return scope.frozen(f"{module}.{name}", Placeholder)
+    found = _dcp_class(module, name, scope) or torch_global(module, name)
     if found is not None:
         return found
     if module in ("pathlib", "pathlib._local"):
-        # WindowsPath cannot be instantiated on POSIX; a pure path keeps the text.
-        by_name = {
-            "PosixPath": pathlib.PurePosixPath,
-            "PurePosixPath": pathlib.PurePosixPath,
-            "WindowsPath": pathlib.PureWindowsPath,
-            "PureWindowsPath": pathlib.PureWindowsPath,
-        }
-        return by_name.get(name)
+        return _PATHS.get(name)  # a path's text; WindowsPath cannot be made on POSIX anyway
     return _container_global(module, name)
 
 
@@ -331,9 +399,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, file: Any, path: str | Path) -> None:
         super().__init__(file)
         self._path = path
+        self._scope = LoadScope()
 
     def find_class(self, module: str, name: str) -> Any:
-        obj = _metadata_global(module, name)
+        obj = _metadata_global(module, name, self._scope)
         if obj is None:
             raise _refusal(self._path, f"{module}.{name}")
         return obj
@@ -342,23 +411,23 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise InputError(self._path, "unexpected persistent id in a plain pickle")
 
 
+MAX_RAW_PICKLE_BYTES = 1024 * 1024 * 1024
+"""A ``.metadata`` holds a few hundred bytes a tensor chunk: a gigabyte is millions of them."""
+
+
 def load_raw_pickle(path: str | Path, *, trust_pickle: bool = False) -> Any:
     """Load a plain pickle file (a DCP ``.metadata``) with the restricted unpickler."""
-    try:
-        with open(path, "rb") as f:
-            if trust_pickle:
-                return _TrustingUnpickler(f).load()
-            return _RestrictedUnpickler(f, path).load()
-    except InputError:
-        raise
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    except Exception as e:  # pickle raises many types on corrupt input; all are bad input
-        raise InputError(path, f"unreadable pickle ({_one_line(e)})") from e
+    data = read_capped(path, MAX_RAW_PICKLE_BYTES)
+    unpickler: pickle.Unpickler = (
+        _TrustingUnpickler(io.BytesIO(data))
+        if trust_pickle
+        else _RestrictedUnpickler(io.BytesIO(data), path)
+    )
+    return _load(unpickler, data, path, "unreadable pickle")
 
 
 def _one_line(e: BaseException) -> str:
-    text = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    text = [line.strip() for line in shown_text(str(e)).strip().splitlines() if line.strip()]
     marker = "WeightsUnpickler error:"  # torch puts the real cause after a generic preamble
     for i, line in enumerate(text):
         at = line.find(marker)

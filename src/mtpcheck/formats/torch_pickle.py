@@ -11,7 +11,9 @@ so each resolves here to an inert stand-in:
 * ``torch.Size`` gives a tuple; a layout, memory format or device a :class:`TorchName`.
 
 Only the globals listed here resolve; :func:`torch_global` answers None for any other, and
-the caller refuses it. Nothing here imports torch.
+the caller refuses it. Each resolves to an :class:`~mtpcheck.formats.inert.InertCall` or a
+:class:`~mtpcheck.formats.inert.Sealed` value made for the call, so a file cannot change how it
+or a later file is read (:mod:`mtpcheck.formats.inert`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mtpcheck.dtypes import BY_STORAGE, BY_TORCH, DType
+from mtpcheck.errors import RefusedInput, shown
+from mtpcheck.formats.inert import InertCall, Sealed
 
 
-class TorchReadError(ValueError):
+class TorchReadError(RefusedInput):
     """A tensor record this module cannot describe (the loader words it for the file)."""
 
 
 @dataclass(frozen=True)
-class TorchDType:
+class TorchDType(Sealed):
     """A ``torch.<name>`` dtype of a whole-byte width, known to :mod:`mtpcheck.dtypes`."""
 
     name: str
@@ -49,7 +53,7 @@ class TorchDType:
 
 
 @dataclass(frozen=True)
-class TorchName:
+class TorchName(Sealed):
     """A layout, memory format or device: only its name is kept."""
 
     name: str
@@ -67,14 +71,14 @@ class StorageBytes(Protocol):
 
 
 @dataclass(frozen=True)
-class StorageType:
+class StorageType(Sealed):
     """A typed storage class (``torch.BFloat16Storage``), or the untyped byte storage."""
 
     dtype: DType | None
 
 
 @dataclass(frozen=True, eq=False)
-class StorageRef:
+class StorageRef(Sealed):
     """One storage of the file: ``numel`` elements of ``itemsize`` bytes at ``key``."""
 
     key: str
@@ -85,7 +89,7 @@ class StorageRef:
 
 
 @dataclass(frozen=True, eq=False)
-class StoredTensor:
+class StoredTensor(Sealed):
     """A saved tensor, described and not read: :meth:`elements` maps its bytes."""
 
     dtype: str
@@ -119,13 +123,13 @@ class StoredTensor:
 
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TorchReadError(f"not a non-negative int: {value!r}")
+        raise TorchReadError(f"not a non-negative int: {shown(value)}")
     return value
 
 
 def _ints(value: Any) -> tuple[int, ...]:
     if not isinstance(value, tuple):
-        raise TorchReadError(f"not a tuple: {value!r}")
+        raise TorchReadError(f"not a tuple: {shown(value)}")
     return tuple(_int(v) for v in value)
 
 
@@ -175,24 +179,41 @@ def _parameter(data: Any, *rest: Any) -> Any:
     return data
 
 
-class TensorType:
-    """``torch.Tensor`` / ``torch.nn.Parameter`` as a ``_rebuild_from_type_v2`` names them."""
+def _marker(*args: Any, **kwargs: Any) -> Any:
+    raise TorchReadError("torch.Tensor called")
+
+
+TENSOR_TYPE = InertCall("torch.Tensor", _marker)
+"""``torch.Tensor`` / ``torch.nn.Parameter`` as a ``_rebuild_from_type_v2`` names them."""
 
 
 def _rebuild_from_type_v2(func: Any, new_type: Any, args: Any, state: Any) -> Any:
-    """A tensor saved with its Python type (plain Tensor or Parameter only)."""
-    if new_type is not TensorType or not callable(func) or not isinstance(args, tuple):
-        raise TorchReadError("tensor of another type")
+    """A tensor saved with its Python type (plain Tensor or Parameter only), rebuilt by one of
+    the tensor rebuilders here and nothing else."""
+    if new_type is not TENSOR_TYPE or func not in _REBUILDERS or not isinstance(args, tuple):
+        raise TorchReadError("tensor of another type, or rebuilt by something else")
     return func(*args)
 
 
 def _size(value: Any = ()) -> tuple[int, ...]:
+    """``torch.Size``: a tuple of sizes."""
+    if not isinstance(value, tuple | list) or not all(isinstance(v, int) for v in value):
+        raise TorchReadError(f"torch.Size of {shown(value)}")
     return tuple(value)
 
 
 def _layout(name: Any) -> TorchName:
     """``torch.serialization._get_layout("torch.strided")``."""
-    return TorchName(str(name).removeprefix("torch."))
+    if not isinstance(name, str):
+        raise TorchReadError(f"layout {shown(name)}")
+    return TorchName(name.removeprefix("torch."))
+
+
+def _device(name: Any, index: Any = None) -> TorchName:
+    """``torch.device("cpu")``: only its name is kept."""
+    if not isinstance(name, str):
+        raise TorchReadError(f"device {shown(name)}")
+    return TorchName(name)
 
 
 _LAYOUTS = frozenset({"strided", "sparse_coo", "sparse_csr", "_mkldnn", "jagged"})
@@ -200,26 +221,35 @@ _MEMORY_FORMATS = frozenset(
     {"contiguous_format", "channels_last", "channels_last_3d", "preserve_format"}
 )
 
-_FUNCTIONS: dict[tuple[str, str], Callable[..., Any] | type | StorageType] = {
+_REBUILD: dict[tuple[str, str], Callable[..., Any]] = {
     ("torch._utils", "_rebuild_tensor_v2"): rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _parameter,
     ("torch._utils", "_rebuild_parameter_with_state"): _parameter,
-    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
-    ("torch", "Tensor"): TensorType,
-    ("torch.nn.parameter", "Parameter"): TensorType,
-    ("torch", "Size"): _size,
-    ("torch", "device"): TorchName,
-    ("torch.serialization", "_get_layout"): _layout,
-    ("torch.storage", "UntypedStorage"): StorageType(None),
 }
+_FUNCTIONS: dict[tuple[str, str], InertCall] = {
+    **{(m, n): InertCall(f"{m}.{n}", call) for (m, n), call in _REBUILD.items()},
+    ("torch._tensor", "_rebuild_from_type_v2"): InertCall(
+        "torch._tensor._rebuild_from_type_v2", _rebuild_from_type_v2
+    ),
+    ("torch", "Tensor"): TENSOR_TYPE,
+    ("torch.nn.parameter", "Parameter"): TENSOR_TYPE,
+    ("torch", "Size"): InertCall("torch.Size", _size),
+    ("torch", "device"): InertCall("torch.device", _device),
+    ("torch.serialization", "_get_layout"): InertCall("torch.serialization._get_layout", _layout),
+}
+_REBUILDERS = frozenset(_FUNCTIONS[key] for key in _REBUILD)
+"""What ``_rebuild_from_type_v2`` may call: a tensor's own rebuilders."""
 
 
 def torch_global(module: str, name: str) -> Any | None:
-    """The stand-in of a torch global a pickle may name, or None where there is none."""
+    """The stand-in of a torch global a pickle may name, or None where there is none; values
+    (a dtype, a storage type) are made for the call, so no file shares one with another."""
     found = _FUNCTIONS.get((module, name))
     if found is not None:
         return found
+    if (module, name) == ("torch.storage", "UntypedStorage"):
+        return StorageType(None)
     if module != "torch":
         return None
     if name in BY_STORAGE:
@@ -236,10 +266,10 @@ def storage_ref(pid: Any, source: StorageBytes | None) -> StorageRef:
     """The storage a ``torch.save`` persistent id names: ``('storage', type, key, location,
     numel)``."""
     if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-        raise TorchReadError(f"persistent id {pid!r}")
+        raise TorchReadError(f"persistent id {shown(pid)}")
     kind, key, numel = pid[1], pid[2], pid[4]
-    if not isinstance(kind, StorageType) or not isinstance(key, str):
-        raise TorchReadError(f"storage {pid[:3]!r}")
+    if not isinstance(kind, StorageType) or type(key) is not str:
+        raise TorchReadError(f"storage {shown(pid[:3])}")
     return StorageRef(key, kind.dtype, _int(numel), source)
 
 
