@@ -335,6 +335,29 @@ def _drop_model(content: dict[str, Any]) -> None:
     del content["model"]
 
 
+def _look_alike(spelling: str) -> Callable[[dict[str, Any]], None]:
+    """A tampered copy of a layer-1 tensor under a key spelling its layer number another way
+    (``int()`` reads both as 1), beside the real one."""
+
+    def change(content: dict[str, Any]) -> None:
+        model = content["model"]
+        key = next(k for k in model if k.startswith("decoder.layers.1."))
+        model[key.replace("layers.1.", f"layers.{spelling}.")] = model[key] + 1
+
+    return change
+
+
+def _metadata_key_look_alike(iteration: Path) -> Path:
+    """The torch_dist index naming one chunk under a key whose layer number has a leading 0
+    (written with torch's own pickle of its own classes)."""
+    meta = pickle.loads((iteration / ".metadata").read_bytes())
+    key = next(k for k in meta.state_dict_metadata if ".layers." in k and "_extra_state" not in k)
+    odd = key.replace(".layers.", ".layers.0", 1) if ".layers.1" in key else key + "01"
+    meta.state_dict_metadata[odd] = meta.state_dict_metadata[key]
+    (iteration / ".metadata").write_bytes(pickle.dumps(meta))
+    return iteration / ".metadata"
+
+
 def _remove_rank(rel: str) -> Callable[[Path], Path]:
     def edit(iteration: Path) -> Path:
         shutil.rmtree(iteration / rel)
@@ -682,7 +705,7 @@ CASES = [
         "dist-metadata-not-pickle",
         _megatron("dist", _write(".metadata", b"this is not a pickle at all")),
         2,
-        r"unreadable pickle \(UnpicklingError",
+        r"unreadable pickle \(unknown opcode 0x20 at byte 4\)",
     ),
     Case(
         "dist-metadata-empty",
@@ -787,6 +810,25 @@ CASES = [
         _megatron("legacy", _resave_rank(1, _drop_model, culprit=True)),
         2,
         r"no 'model' state dict in this rank file",
+    ),
+    Case(
+        "legacy-layer-number-in-arabic-digits",
+        _megatron("legacy", _resave_rank(0, _look_alike("\u0661"), culprit=True)),
+        2,
+        "spells the number '\u0661' as no writer does, which reads as another key's "
+        r"\(ambiguous\)$",
+    ),
+    Case(
+        "legacy-layer-number-with-a-leading-zero",
+        _megatron("legacy", _resave_rank(0, _look_alike("01"), culprit=True)),
+        2,
+        r"spells the number '01' as no writer does, which reads as another key's \(ambiguous\)$",
+    ),
+    Case(
+        "dist-key-number-with-a-leading-zero",
+        _megatron("dist", _metadata_key_look_alike),
+        2,
+        r"spells the number '0?1' as no writer does, which reads as another key's \(ambiguous\)$",
     ),
     Case(
         "legacy-tracker-missing-iteration",

@@ -47,16 +47,18 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.formats.chunked_read import read_spans, slice_spans
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MegatronReaderBase,
     default_layer_count,
+    inside,
     is_model_key,
+    odd_number,
     tensor_chunks,
     unpadded_rows,
     wrapper_prefix,
@@ -203,7 +205,9 @@ def _build_plans(
     if not isinstance(state, dict) or not isinstance(storage, dict):
         raise InputError(metadata_file, "not a torch.distributed.checkpoint Metadata object")
     locations = {
-        (getattr(k, "fqn", None), _sizes(getattr(k, "offset", None))): v for k, v in storage.items()
+        (fqn, _sizes(getattr(k, "offset", None))): v
+        for k, v in storage.items()
+        if type(fqn := getattr(k, "fqn", None)) is str
     }
     halves: dict[str, dict[str | None, _Plan]] = {}
     duplicates: dict[str, tuple[str, str]] = {}
@@ -216,12 +220,7 @@ def _build_plans(
             continue  # bytes items (_extra_state, RNG) and anything that is not a tensor
         if not is_model_key(key):
             continue  # optimizer, RNG and other non-model tensors
-        size = _sizes(getattr(item, "size", None))
-        dtype = getattr(properties, "dtype", None)
-        if size is None or not isinstance(chunks, (list, tuple)):
-            raise InputError(metadata_file, f"{key}: malformed size or chunk list")
-        if not isinstance(dtype, TorchDType):
-            raise InputError(metadata_file, f"{key}: dtype {dtype!r} is not a torch dtype")
+        size, dtype = _size_and_dtype(metadata_file, key, item)
         template = KeyTemplate.of(key, len(size))
         inner = size[template.axes :]
         for chunk in chunks:
@@ -275,6 +274,25 @@ def _build_plans(
     return plans, issues
 
 
+def _size_and_dtype(metadata_file: Path, key: str, item: Any) -> tuple[tuple[int, ...], TorchDType]:
+    """A model tensor's size and dtype as the index states them, its key spelled as a writer
+    spells one (:func:`odd_number`)."""
+    odd = odd_number(key)
+    if odd is not None:
+        raise InputError(
+            metadata_file,
+            f"{shown(key)} spells the number {shown(odd)} as no writer does, which reads as "
+            "another key's (ambiguous)",
+        )
+    size = _sizes(getattr(item, "size", None))
+    dtype = getattr(getattr(item, "properties", None), "dtype", None)
+    if size is None or not isinstance(getattr(item, "chunks", None), (list, tuple)):
+        raise InputError(metadata_file, f"{key}: malformed size or chunk list")
+    if not isinstance(dtype, TorchDType):
+        raise InputError(metadata_file, f"{key}: dtype {shown(dtype)} is not a torch dtype")
+    return size, dtype
+
+
 def _piece(
     where: Any,
     offsets: tuple[int, ...],
@@ -284,10 +302,10 @@ def _piece(
     key: str,
 ) -> _Piece:
     relative = getattr(where, "relative_path", "")
-    relative = str(relative) if isinstance(relative, PurePath) else relative
-    pure = PurePosixPath(relative) if isinstance(relative, str) else None
-    if not relative or pure is None or pure.is_absolute() or ".." in pure.parts or "\0" in relative:
-        raise InputError(metadata_file, f"chunk of {key} points to {relative!r}, outside the dir")
+    if not inside(relative):
+        raise InputError(
+            metadata_file, f"chunk of {key} points to {shown(relative)}, outside the dir"
+        )
     if getattr(where, "transform_descriptors", None):
         raise InputError(metadata_file, f"chunk of {key} is stored transformed (unsupported)")
     span = _sizes((getattr(where, "offset", None), getattr(where, "length", None)))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MODEL_TYPE,
@@ -49,6 +49,7 @@ from mtpcheck.formats.megatron_common import (
     canonical_name,
     default_layer_count,
     is_model_key,
+    odd_number,
     tensor_chunks,
     unpadded_rows,
 )
@@ -58,6 +59,8 @@ from mtpcheck.model import CheckpointData, Naming, TensorMeta
 
 FORMAT = "megatron-legacy"
 RANK_FILE = "model_optim_rng.pt"
+_VIRTUAL_CHUNK = r"model(0|[1-9][0-9]{0,5})"
+"""A virtual pipeline chunk's state dict key (``model0``, ``model1``, ...), ASCII digits only."""
 _RANK_DIR = re.compile(r"^mp_rank_(\d{2,})(?:_(\d{3,}))?(?:_(\d{3,}))?$")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
 _GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
@@ -245,7 +248,7 @@ def _model_chunks(content: Mapping[str, Any], where: Path) -> list[Mapping[str, 
     if isinstance(content.get("model"), Mapping):
         return [content["model"]]
     numbered = sorted(
-        (int(k[5:]), v) for k, v in content.items() if re.fullmatch(r"model\d+", str(k))
+        (int(k[5:]), v) for k, v in content.items() if re.fullmatch(_VIRTUAL_CHUNK, str(k))
     )
     if not numbered or not all(isinstance(v, Mapping) for _, v in numbered):
         raise InputError(where, "no 'model' state dict in this rank file")
@@ -313,6 +316,14 @@ def _collect(
                     raise InputError(
                         directory / layout[(t, p, e)], f"{key}: unsupported expert layout"
                     )
+                rank_file = directory / layout[(t, p, e)] / RANK_FILE
+                odd = odd_number(key)
+                if odd is not None:
+                    raise InputError(
+                        rank_file,
+                        f"{shown(key)} spells the number {shown(odd)} as no writer does, "
+                        "which reads as another key's (ambiguous)",
+                    )
                 held = per_rank or (_local_experts(model, key, counted) if expert else 0)
                 name = _global_name(key, offsets[(v, p)], e, held)
                 entry = entries.get(name)
@@ -321,6 +332,8 @@ def _collect(
                     entry = entries[name] = _Entry((v, p, e), kind)
                 if entry.group != (v, p, e):
                     continue  # a later pipeline stage's copy (e.g. the MTP stage's embedding)
+                if t in entry.shards:
+                    raise InputError(rank_file, f"two keys name {name} (ambiguous)")
                 entry.shards[t] = value
                 entry.files[t] = str(directory / layout[(t, p, e)] / RANK_FILE)
     for name, entry in entries.items():

@@ -18,11 +18,13 @@ import io
 import os
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mtpcheck.errors import shown, shown_text
 from mtpcheck.formats.torch_pickle import StorageRef, TorchReadError
 
 MAX_PICKLE_BYTES = 256 * 1024 * 1024
@@ -123,6 +125,8 @@ class Archive:
                 "not a zip archive (torch.save files from before torch 1.6 are not read)"
             ) from e
         for info in archive.infolist():
+            if info.filename in self._records:  # readers differ on which one they take
+                raise TorchReadError(f"two records named {shown(info.filename)} (ambiguous)")
             self._records[info.filename] = info
             if info.CRC == 0:  # torch wrote no checksum (torch.serialization.set_crc32_options)
                 info.CRC = None  # type: ignore[assignment]  # zipfile then checks none
@@ -134,7 +138,7 @@ class Archive:
             raise TorchReadError("no single <name>/data.pkl record")
         prefix = pickles[0][: -len("data.pkl")]
         order = self._records.get(prefix + "byteorder")
-        if order is not None and (order.file_size > 16 or self._zip.read(order) != b"little"):
+        if order is not None and (order.file_size > 16 or self._read(order) != b"little"):
             raise TorchReadError("a big-endian torch.save file (not read)")
         return prefix
 
@@ -144,7 +148,20 @@ class Archive:
         info = self._records[self.prefix + "data.pkl"]
         if info.file_size > (max_bytes or MAX_PICKLE_BYTES):
             raise TorchReadError(f"data.pkl is {info.file_size} bytes")
-        return self._zip.read(info)
+        return self._read(info)
+
+    def _read(self, info: zipfile.ZipInfo, source: zipfile.ZipFile | None = None) -> bytes:
+        """A record's bytes, inflated where compressed: refused past :data:`MAX_RATIO` times
+        its stored size, and read no further than the size it declares."""
+        _check_ratio(info)
+        try:
+            with (source or self._zip).open(info) as record:
+                data = record.read(info.file_size + 1)
+        except (RuntimeError, NotImplementedError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+            raise TorchReadError(f"record {shown(info.filename)}: {shown_text(str(e))}") from e
+        if len(data) != info.file_size:
+            raise TorchReadError(f"record {shown(info.filename)} is not its declared size")
+        return data
 
     def close(self) -> None:
         """Close the zip and the file; storages already mapped stay readable."""
@@ -203,20 +220,16 @@ class Archive:
                 raise TorchReadError(f"storage {key} ends past the end of the file")
             return mapped[start : start + nbytes]
         try:
-            with zipfile.ZipFile(self._reopen()) as again:
-                return np.frombuffer(again.read(info.filename), dtype=np.uint8)
-        except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as e:
-            raise TorchReadError(f"storage {key}: {e}") from e
+            with zipfile.ZipFile(_Buffer(self._bytes())) as again:
+                return np.frombuffer(self._read(info, again), dtype=np.uint8)
+        except (zipfile.BadZipFile, EOFError, ValueError) as e:
+            raise TorchReadError(f"storage {key}: {shown_text(str(e))}") from e
 
     def _record(self, key: str) -> zipfile.ZipInfo:
         info = self._records.get(f"{self.prefix}data/{key}")
         if info is None:
             raise TorchReadError(f"storage {key} has no record")
         return info
-
-    def _reopen(self) -> Any:
-        """A file object for a compressed record, after :meth:`close`."""
-        return io.BytesIO(self._bytes().tobytes())
 
     def _data_start(self, info: zipfile.ZipInfo) -> int:
         """Offset of the record's bytes in the archive: after its local header, whose extra
@@ -234,6 +247,55 @@ class Archive:
             raise TorchReadError(f"bad local header of {info.filename}")
         name_length, extra_length = int(fields[9]), int(fields[10])
         return at + _LOCAL_HEADER.size + name_length + extra_length
+
+
+MAX_RATIO = 64
+"""How many times its stored size a compressed record may inflate to. torch stores records
+uncompressed; a writer that compresses tensor data gets a ratio near 1, and a record claiming
+more is refused rather than inflated (what a read costs stays a multiple of what it read)."""
+
+
+def _check_ratio(info: zipfile.ZipInfo) -> None:
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > max(
+        4096, MAX_RATIO * info.compress_size
+    ):
+        raise TorchReadError(
+            f"record {shown(info.filename)} inflates from {info.compress_size} to "
+            f"{info.file_size} bytes, more than {MAX_RATIO} times"
+        )
+
+
+class _Buffer(io.RawIOBase):
+    """A mapped archive as a read-only file, for ``zipfile`` (no copy of it is made)."""
+
+    def __init__(self, data: Any) -> None:
+        super().__init__()
+        self._view, self._pos = memoryview(data), 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, len(self._view))[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
+        data = bytes(self._view[self._pos : end])
+        self._pos = max(self._pos, end)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _map(fd: int, start: int, length: int) -> Any:
