@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NoReturn
@@ -75,6 +75,8 @@ class OutputOptions:
     trust_pickle: bool = False
     quiet: bool = False
     """No progress lines on stderr (errors still go there)."""
+    strict: bool = False
+    """A check that warns fails the run too (exit 1)."""
 
     @cached_property
     def log(self) -> StderrLog:
@@ -107,6 +109,12 @@ _OUTPUT_OPTIONS: list[Decorator] = [
     DEBUG,
     click.option("--quiet", "-q", is_flag=True, help="No progress on stderr; errors only."),
     click.option(
+        "--strict",
+        is_flag=True,
+        help="A check that warns fails the run too (exit 1): for gates that require "
+        "bit-identity where a value-exact widening is a warning.",
+    ),
+    click.option(
         "--trust-pickle",
         is_flag=True,
         help="Unpickle Megatron .pt/.metadata files without the allowlist. "
@@ -128,9 +136,10 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
         debug: bool,
         trust_pickle: bool,
         quiet: bool,
+        strict: bool,
         **kwargs: Any,
     ) -> Any:
-        opts = OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle, quiet)
+        opts = OutputOptions(fmt, junit_xml, markdown, debug, trust_pickle, quiet, strict)
         return func(*args, opts=opts, **kwargs)
 
     return apply(_OUTPUT_OPTIONS)(with_output)
@@ -173,7 +182,7 @@ def _emit(report: Report, opts: OutputOptions) -> str | None:
 def execute(command: str, build: Callable[[], Report], opts: OutputOptions) -> int:
     """Run ``build``, print its report and map the outcome to the documented exit codes."""
     try:
-        report = build()
+        report = replace(build(), strict=opts.strict)
         try:
             unwritten = _emit(report, opts)
         except BrokenPipeError:  # `mtpcheck ... | head`: the reader left; the verdict stands

@@ -264,11 +264,12 @@ def open_hub(
 def _open_cached(ref: HubRef) -> Checkpoint:
     """``HF_HUB_OFFLINE=1``: what the cache holds of ``ref``, opened as a local checkpoint."""
     from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
 
     for name in (INDEX_FILE, SINGLE_FILE, "config.json"):
         try:
             local = hf_hub_download(ref.repo, name, revision=ref.revision, local_files_only=True)
-        except Exception:  # noqa: BLE001  (not cached: try the next file)
+        except LocalEntryNotFoundError:  # not cached: try the next file
             continue
         return HfSafetensorsReader().open(Path(local).parent)  # a cached snapshot is HF
     raise InputError(str(ref), "HF_HUB_OFFLINE is set and the repository is not in the cache")

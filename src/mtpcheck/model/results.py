@@ -171,8 +171,17 @@ class Report:
     """``accept --engine --compare`` only: compared minus reference, one entry per workload."""
     server: tuple[ServerAcceptance, ...] = ()
     """``accept --server`` only: one entry per workload sent to the running server."""
+    strict: bool = False
+    """``--strict``: a check that warns fails the run too."""
+
+    @property
+    def failing(self) -> tuple[str, ...]:
+        """The checks that fail the run, in report order: those that failed, and with
+        :attr:`strict` those that warned."""
+        worst = (Status.FAIL, Status.WARN) if self.strict else (Status.FAIL,)
+        return tuple(c.name for c in self.checks if c.status in worst)
 
     @property
     def ok(self) -> bool:
-        """True when no check failed."""
-        return all(c.status is not Status.FAIL for c in self.checks)
+        """True when no check fails the run (:attr:`failing`)."""
+        return not self.failing

@@ -72,9 +72,11 @@ def _table(report: Report) -> tuple[Block, ...]:
         Column("finding", no_wrap=False, min_width=word_width, overflow="fold", ratio=1),
     )
     rows = tuple(row for check in report.checks for row in _rows(check))
-    failed = [c.name for c in report.checks if c.status is Status.FAIL]
+    strict = " under --strict" if report.strict and report.failing else ""
     verdict = (
-        Cell("PASS", "bold green") if report.ok else Cell(f"FAIL ({', '.join(failed)})", "bold red")
+        Cell("PASS", "bold green")
+        if report.ok
+        else Cell(f"FAIL ({', '.join(report.failing)}){strict}", "bold red")
     )
     return (Grid(None, columns, rows), Line((Cell("verdict: "), verdict)))
 
@@ -109,12 +111,13 @@ def _testcase(report: Report, check: CheckResult) -> ET.Element:
     """One check as a test: failed, skipped, or passed with its findings as output."""
     case = ET.Element("testcase", classname=f"mtpcheck.{report.command}", name=check.name)
     lines = "\n".join(f"[{f.status.value}] {f.subject}: {f.message}" for f in check.findings)
-    if check.status is Status.FAIL:
-        first = next(f for f in check.findings if f.status is Status.FAIL)
+    if check.name in report.failing:  # failed, or warned under --strict
+        first = next(f for f in check.findings if f.status is check.status)
         failure = ET.SubElement(case, "failure", message=f"{first.subject}: {first.message}")
         failure.text = lines
-    elif check.status is Status.SKIP:
-        ET.SubElement(case, "skipped", message=check.findings[0].message)
+    elif check.status is Status.SKIP:  # a check without findings is skipped too
+        why = check.findings[0].message if check.findings else "no findings"
+        ET.SubElement(case, "skipped", message=why)
     else:
         out = ET.SubElement(case, "system-out")
         out.text = lines
