@@ -1,0 +1,388 @@
+"""Pickles crafted opcode by opcode to steer, crash or exhaust the torch-free readers.
+
+Each is refused with one line naming the file (exit 2), and none changes how the same process
+reads another file: unpickling applies state to whatever a file names (pickle's BUILD), so a
+reader that handed out a shared class or function would let one file decide the verdict on the
+next. The steering attack that motivated this read tensor chunks from outside a checkpoint with
+a PASS, once ``pathlib.PurePosixPath`` had been told it was never absolute.
+"""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import pickle
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mtpcheck.errors import InputError
+from mtpcheck.formats.safe_pickle import load_raw_pickle, load_torch_file
+from mtpcheck.formats.torch_pickle import TorchReadError
+from tests.conftest import FIXTURES
+
+PROTO2 = b"\x80\x02"
+STOP = b"."
+NONE, EMPTY_DICT, EMPTY_TUPLE, TUPLE1, TUPLE2 = b"N", b"}", b")", b"\x85", b"\x86"
+SETITEM, BUILD, POP, REDUCE = b"s", b"b", b"0", b"R"
+
+
+def glob(module: str, name: str) -> bytes:
+    """GLOBAL: push ``module.name`` as the unpickler resolves it."""
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def text(value: str) -> bytes:
+    """BINUNICODE: push a str."""
+    raw = value.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def integer(value: int) -> bytes:
+    """BININT / LONG1: push an int."""
+    if 0 <= value < 2**31:
+        return b"J" + struct.pack("<i", value)
+    raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def set_attributes(target: bytes, **attrs: bytes) -> bytes:
+    """``target`` (pushed), then BUILD with slot state: ``setattr(target, k, v)`` for each,
+    then POP: what a pickle does to change a class or a shared object."""
+    items = b"".join(text(k) + v + SETITEM for k, v in attrs.items())
+    return target + NONE + EMPTY_DICT + items + TUPLE2 + BUILD + POP
+
+
+def pickle_of(*ops: bytes, result: bytes = NONE) -> bytes:
+    return PROTO2 + b"".join(ops) + result + STOP
+
+
+def write(tmp_path: Path, data: bytes, name: str = ".metadata") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def refused(load: Any, path: Path) -> str:
+    with pytest.raises(InputError) as e:
+        load(path)
+    assert e.value.path == str(path)
+    assert "\n" not in str(e.value)
+    return e.value.reason
+
+
+# --- the steering attack, end to end ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DeepSeek-V3 fixture as a torch_dist checkpoint, by the built-in converter."""
+    from mtpcheck.convert.builtin import hf_to_megatron
+    from mtpcheck.formats import open_checkpoint
+
+    out = tmp_path_factory.mktemp("converted") / "megatron"
+    hf_to_megatron(open_checkpoint(FIXTURES / "deepseek_v3"), out)
+    return out
+
+
+def _chunks_moved_outside(converted: Path, tmp_path: Path, steer: bytes) -> Path:
+    """A copy whose data files lie outside it, its index pointing there through ``../``,
+    with ``steer`` run before the index is built."""
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    iteration = root / "release"
+    meta = pickle.loads((iteration / ".metadata").read_bytes())  # torch's own classes
+    (tmp_path / "outside").mkdir()
+    for data in iteration.glob("*.distcp"):
+        shutil.move(data, tmp_path / "outside" / data.name)
+    for info in meta.storage_data.values():
+        info.relative_path = "../../outside/" + info.relative_path
+    body = pickle.dumps(meta, protocol=2)
+    (iteration / ".metadata").write_bytes(body[:2] + steer + body[2:])
+    return root
+
+
+def test_a_pickle_cannot_tell_the_path_class_it_is_never_absolute(
+    converted: Path, tmp_path: Path, run_cli
+) -> None:
+    steer = set_attributes(
+        glob("pathlib", "PurePosixPath"),
+        is_absolute=glob("builtins", "dict"),  # called: {} (falsy)
+        parts=EMPTY_TUPLE,  # no ".." among ()
+    )
+    root = _chunks_moved_outside(converted, tmp_path / "steered", steer)
+    run = run_cli("diff", FIXTURES / "deepseek_v3", root)
+    assert run.exit_code == 2, run
+    assert run.stderr == (
+        f"mtpcheck: error: {root}/release/.metadata: unreadable pickle (the pickle changes "
+        "pathlib.PurePosixPath)\n"
+    )
+    # the same process, next file: the path class is intact, and a chunk outside is refused
+    assert pathlib.PurePosixPath("/x").is_absolute() and "is_absolute" not in vars(
+        pathlib.PurePosixPath
+    )
+    plain = _chunks_moved_outside(converted, tmp_path / "plain", b"")
+    run = run_cli("diff", FIXTURES / "deepseek_v3", plain)
+    assert run.exit_code == 2, run
+    assert "points to '../../outside/__0_0.distcp', outside the dir" in run.stderr
+    assert run_cli("diff", FIXTURES / "deepseek_v3", converted).exit_code == 0
+
+
+# --- .metadata: what a file may not change ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ops", "reason"),
+    [
+        (  # a megatron class stand-in: BUILD on the class
+            set_attributes(glob("megatron.core.transformer", "TransformerConfig"), x=NONE),
+            "the pickle changes a class it was handed",
+        ),
+        (  # a DCP data class stand-in
+            set_attributes(glob("torch.distributed.checkpoint.metadata", "Metadata"), y=NONE),
+            "the pickle changes a class it was handed",
+        ),
+        (  # a class without a __setstate__ of its own: BUILD sets the attribute itself
+            set_attributes(glob("argparse", "Namespace"), mtp_num_layers=integer(1)),
+            "refusing to unpickle argparse.Namespace (not on the allowlist); loading this file "
+            "could run arbitrary code",
+        ),
+        (  # a stand-in function's defaults: torch.Size() would then return them
+            set_attributes(glob("torch", "Size"), __defaults__=EMPTY_TUPLE),
+            "the pickle changes torch.Size",
+        ),
+        (  # a dtype every later file shares a name with
+            set_attributes(glob("torch", "bfloat16"), name=text("float32")),
+            "the pickle changes TorchDType torch.bfloat16",
+        ),
+        (  # the container types handed out are builtin: their attributes cannot be set
+            set_attributes(glob("collections", "OrderedDict"), z=NONE),
+            "TypeError: cannot set 'z' attribute of immutable type 'collections.OrderedDict'",
+        ),
+    ],
+)
+def test_what_a_metadata_pickle_is_handed_cannot_be_changed(
+    ops: bytes, reason: str, tmp_path: Path
+) -> None:
+    path = write(tmp_path, pickle_of(ops))
+    said = refused(load_raw_pickle, path)
+    assert said == (reason if reason.startswith("refusing") else f"unreadable pickle ({reason})")
+
+
+def test_each_load_gets_classes_of_its_own(tmp_path: Path) -> None:
+    """Two loads of the same class name: two classes, neither the module's."""
+    one = write(tmp_path, pickle_of(result=glob("megatron.core", "Config")), "a")
+    two = write(tmp_path, pickle_of(result=glob("megatron.core", "Config")), "b")
+    first, second = load_raw_pickle(one), load_raw_pickle(two)
+    assert first is not second and first.__name__ == second.__name__ == "Config"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (  # one memo slot at 2**26: a gigabyte of memo table from 13 bytes
+            PROTO2 + NONE + b"r" + struct.pack("<I", 2**26) + STOP,
+            "memo index 67108864 after 3 opcodes",
+        ),
+        (  # the text form of the same
+            PROTO2 + NONE + b"p67108864\n" + STOP,
+            "memo index past the 3 opcodes before it",
+        ),
+        (  # bytes(n): n bytes from a few
+            pickle_of(result=glob("builtins", "bytes") + integer(2**30) + TUPLE1 + REDUCE),
+            "bytes of (1073741824,)",
+        ),
+        (
+            pickle_of(result=glob("builtins", "bytearray") + integer(2**30) + TUPLE1 + REDUCE),
+            "bytes of (1073741824,)",
+        ),
+        (  # a text codec that would inflate what it is given
+            pickle_of(
+                result=glob("_codecs", "encode") + text("x") + text("zlib") + TUPLE2 + REDUCE
+            ),
+            "_codecs.encode of ('x', 'zlib')",
+        ),
+        (  # a stand-in called with arguments it does not take
+            pickle_of(result=glob("torch", "Size") + text("a") + TUPLE1 + REDUCE),
+            "torch.Size of 'a'",
+        ),
+        (
+            pickle_of(result=glob("torch", "device") + EMPTY_TUPLE + REDUCE),
+            "torch.device called with ()",
+        ),
+        (  # the exit signal stays a number, not a process-wide enum member
+            pickle_of(result=glob("signal", "Signals") + integer(99) + TUPLE1 + REDUCE),
+            None,
+        ),
+    ],
+)
+def test_what_a_pickle_may_make_is_bounded_by_its_size(
+    data: bytes, reason: str | None, tmp_path: Path
+) -> None:
+    path = write(tmp_path, data)
+    if reason is None:  # signal.Signals is allowed in .pt files only
+        assert "refusing to unpickle signal.Signals" in refused(load_raw_pickle, path)
+        return
+    assert refused(load_raw_pickle, path) == f"unreadable pickle ({reason})"
+
+
+def test_a_pickle_naming_ever_new_classes_is_refused(tmp_path: Path) -> None:
+    ops = b"".join(glob("megatron.core", f"C{i}") + POP for i in range(10_001))
+    path = write(tmp_path, pickle_of(ops))
+    assert refused(load_raw_pickle, path) == (
+        "unreadable pickle (the pickle names more than 10000 classes)"
+    )
+
+
+# --- .pt files: the torch.save archive -------------------------------------------------------
+
+
+def archive(data_pkl: bytes, records: dict[str, bytes] | None = None, **zip_kw: Any) -> bytes:
+    """A ``torch.save``-shaped zip: ``archive/data.pkl``, its byte order, its storages."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", **zip_kw) as z:
+        z.writestr("archive/data.pkl", data_pkl)
+        z.writestr("archive/byteorder", "little")
+        for key, value in (records or {}).items():
+            z.writestr(f"archive/data/{key}", value)
+    return out.getvalue()
+
+
+def float8_file(tmp_path: Path) -> Path:
+    """torch's own save of a float8 tensor: an untyped storage, rebuilt by
+    ``_rebuild_tensor_v3``."""
+    import torch
+
+    path = tmp_path / "float8.pt"
+    torch.save({"w": torch.ones(4, dtype=torch.float8_e4m3fn)}, path)
+    return path
+
+
+def test_the_untyped_storage_stand_in_cannot_be_changed(tmp_path: Path) -> None:
+    """A file telling the shared untyped-storage type it holds bfloat16 would make every later
+    float8 tensor unreadable (and the other file blamed)."""
+    steer = set_attributes(glob("torch.storage", "UntypedStorage"), dtype=text("bf16"))
+    path = write(tmp_path, archive(pickle_of(steer)), "steer.pt")
+    assert refused(load_torch_file, path) == (
+        "unreadable torch.save file (the pickle changes StorageType StorageType(dtype=None))"
+    )
+    loaded = load_torch_file(float8_file(tmp_path))  # the next file reads as it should
+    assert (loaded["w"].dtype, loaded["w"].shape) == ("F8_E4M3", (4,))
+
+
+def test_a_tensor_is_rebuilt_by_a_tensor_rebuilder_only(tmp_path: Path) -> None:
+    data = (
+        PROTO2
+        + glob("torch._tensor", "_rebuild_from_type_v2")
+        + b"("
+        + glob("builtins", "bytearray")
+        + glob("torch", "Tensor")
+        + integer(2**30)
+        + TUPLE1
+        + EMPTY_DICT
+        + b"t"
+        + REDUCE
+        + STOP
+    )
+    path = write(tmp_path, archive(data), "rebuild.pt")
+    assert refused(load_torch_file, path) == (
+        "unreadable torch.save file (tensor of another type, or rebuilt by something else)"
+    )
+
+
+def test_two_records_of_one_name_are_ambiguous(tmp_path: Path) -> None:
+    """torch reads the first of two same-named records; a reader taking the last would report
+    bytes torch never loads."""
+    good = float8_file(tmp_path).read_bytes()
+    with zipfile.ZipFile(io.BytesIO(good)) as z:
+        first = z.namelist()[0]
+        prefix = first.split("/", 1)[0]
+    dup = tmp_path / "dup.pt"
+    shutil.copy(tmp_path / "float8.pt", dup)
+    with zipfile.ZipFile(dup, "a") as z:
+        z.writestr(f"{prefix}/data.pkl", pickle_of())
+    assert refused(load_torch_file, dup) == (
+        f"unreadable torch.save file (two records named '{prefix}/data.pkl' (ambiguous))"
+    )
+
+
+def test_a_compressed_record_inflating_past_the_ratio_is_refused(tmp_path: Path) -> None:
+    """torch's save of a megabyte of zeros, its records deflated: the storage inflates a
+    thousandfold, past the 64 allowed, and is refused before it is inflated."""
+    import torch
+
+    saved = tmp_path / "zeros.pt"
+    torch.save({"w": torch.zeros(1 << 18, dtype=torch.float32)}, saved)
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    tensor = load_torch_file(bomb)["w"]  # the pickle is small: it loads
+    with pytest.raises(TorchReadError, match=r"inflates from \d+ to 1048576 bytes, more than 64"):
+        tensor.elements()
+
+
+def test_an_encrypted_or_unknown_compression_record_is_one_line(tmp_path: Path) -> None:
+    raw = bytearray(archive(pickle_of()))
+    central = raw.rfind(b"PK\x01\x02")  # the last record's central directory entry
+    first = raw.find(b"PK\x01\x02")
+    encrypted = bytearray(raw)
+    encrypted[first + 8] |= 1  # general purpose flag: encrypted
+    path = write(tmp_path, bytes(encrypted), "encrypted.pt")
+    assert refused(load_torch_file, path).startswith("unreadable torch.save file (record ")
+    unknown = bytearray(raw)
+    unknown[first + 10 : first + 12] = struct.pack("<H", 99)  # compression method 99
+    assert central >= first
+    path = write(tmp_path, bytes(unknown), "unknown.pt")
+    assert refused(load_torch_file, path).startswith("unreadable torch.save file (record ")
+
+
+# --- mtpcheck's own faults are exit 3, never a verdict or "bad input" -----------------------
+
+
+def _injected(*args: Any, **kwargs: Any) -> Any:
+    raise KeyError("injected")
+
+
+def test_a_fault_in_the_unpicklers_stand_ins_is_exit_3(
+    converted: Path, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in what the unpickler calls (here: a tensor record made with the wrong type, a
+    TypeError in mtpcheck's own frame) is no "unreadable torch.save file": the file is fine."""
+    monkeypatch.setattr("mtpcheck.formats.torch_pickle.StoredTensor", dict)
+    run = run_cli("diff", FIXTURES / "deepseek_v3", converted, "--quiet")
+    assert run.exit_code == 3, run
+    assert run.stderr.startswith("mtpcheck: internal error: TypeError: dict expected at most 1")
+
+
+def test_a_fault_in_megatron_cores_model_of_the_config_is_exit_3(
+    run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was a FAIL of the user's checkpoint: "the config lacks 'injected'"."""
+    monkeypatch.setattr("mtpcheck.convert.megatron_names.expected_model_names", _injected)
+    run = run_cli("roundtrip", FIXTURES / "deepseek_v3", "--workdir", tmp_path, "--quiet")
+    assert run.exit_code == 3, run
+    assert run.stderr.startswith("mtpcheck: internal error: KeyError: 'injected'")
+    assert not any(tmp_path.iterdir())
+
+
+def test_every_renderer_takes_a_check_without_findings() -> None:
+    from mtpcheck.model import CheckResult, Report
+    from mtpcheck.report import renderer
+
+    report = Report("inspect", (), (CheckResult("empty", "Nothing found", ()),))
+    for kind in ("table", "json", "junit", "markdown"):
+        out = io.StringIO()
+        renderer(kind).render(report, out)
+        assert out.getvalue(), kind  # the table and Markdown list findings: none here
+    assert '"name": "empty"' in _rendered(renderer("json"), report)
+    assert '<skipped message="no findings"' in _rendered(renderer("junit"), report)
+
+
+def _rendered(renderer: Any, report: Any) -> str:
+    out = io.StringIO()
+    renderer.render(report, out)
+    return out.getvalue()
