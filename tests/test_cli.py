@@ -460,3 +460,24 @@ def test_a_missing_extra_is_named_by_the_mapping(capsys: pytest.CaptureFixture[s
     error = ModuleNotFoundError("No module named 'torch'", name="torch")
     assert exit_code(error, "roundtrip") == 2
     assert "mtpcheck[convert]" in capsys.readouterr().err
+
+
+def test_strict_fails_a_run_that_only_warned(run_cli, tmp_path: Path) -> None:
+    """Megatron-Bridge writes the Qwen3.5-MoE fixture's tensors widened to F32: every value
+    kept, a warning; under --strict the run fails on it, in every report."""
+    megatron = Path(__file__).parent / "data" / "megatron_bridge_062" / "qwen3_5_moe" / "megatron"
+    plain = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--quiet")
+    assert plain.exit_code == 0 and plain.stdout.rstrip().endswith("verdict: PASS"), plain
+    junit = tmp_path / "junit.xml"
+    strict = run_cli(
+        "diff", FIXTURES / "qwen3_5_moe", megatron, "--quiet", "--strict", "--junit-xml", junit
+    )
+    assert strict.exit_code == 1, strict
+    assert strict.stdout.rstrip().endswith("verdict: FAIL (tensors) under --strict")
+    assert junit.read_text().count("<failure") == 1
+    report = json.loads(
+        run_cli(
+            "diff", FIXTURES / "qwen3_5_moe", megatron, "-q", "--strict", "--format", "json"
+        ).stdout
+    )
+    assert report["ok"] is False
