@@ -545,7 +545,7 @@ CASES = [
         "config-not-utf8",
         _fixture("mimo", _write("config.json", b'{"model_type": "\xff"}')),
         2,
-        r"cannot read config: 'utf-8' codec can't decode",
+        r"cannot read config: not UTF-8 text \(invalid start byte at byte \d+\)$",
     ),
     Case(
         "config-nested-deep",

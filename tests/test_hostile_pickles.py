@@ -10,6 +10,8 @@ a PASS, once ``pathlib.PurePosixPath`` had been told it was never absolute.
 from __future__ import annotations
 
 import io
+import json
+import os
 import pathlib
 import pickle
 import shutil
@@ -386,3 +388,159 @@ def _rendered(renderer: Any, report: Any) -> str:
     out = io.StringIO()
     renderer.render(report, out)
     return out.getvalue()
+
+
+# --- what torch itself writes, and mtpcheck does not read ------------------------------------
+
+
+def test_an_expanded_tensor_is_not_read_as_more_than_its_storage(tmp_path: Path) -> None:
+    """torch saves an expanded tensor as its one stored element and strides of 0: read whole,
+    16 million elements (64 MB) from 4 bytes."""
+    import torch
+
+    path = tmp_path / "expanded.pt"
+    torch.save({"w": torch.zeros(1).expand(1 << 24)}, path)
+    assert refused(load_torch_file, path) == (
+        "unreadable torch.save file (tensor [16777216] with strides [0] has 16777216 "
+        "elements, more than the 1 its storage holds (expanded; not read))"
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        ("torch.ones(2, dtype=torch.complex128)", "torch.ComplexDoubleStorage"),
+        (
+            "torch.zeros(2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)",
+            "torch.float4_e2m1fn_x2",
+        ),
+    ],
+)
+def test_a_type_mtpcheck_does_not_read_is_named_unsupported_not_an_attack(
+    make: str, named: str, tmp_path: Path
+) -> None:
+    import torch
+
+    path = tmp_path / "typed.pt"
+    torch.save({"w": eval(make, {"torch": torch})}, path)
+    assert refused(load_torch_file, path) == (
+        f"holds a tensor of {named}, a type mtpcheck does not read (an unsupported dtype or "
+        "tensor kind, not an attack: nothing was loaded or run)"
+    )
+
+
+# --- files that are no regular file, grow without bound, or change while read ----------------
+
+
+def test_a_file_that_shrinks_while_read_is_one_error_not_a_crash(tmp_path: Path) -> None:
+    """A rank file still being written: read after it shrank, a memory-mapped tensor once
+    killed the process (SIGBUS, exit 135, nothing said); the bytes are read by position now."""
+    import torch
+
+    path = tmp_path / "model_optim_rng.pt"
+    torch.save({"w": torch.ones(1 << 16)}, path)
+    tensor = load_torch_file(path)["w"]
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(TorchReadError, match="the file shrank since it was opened"):
+        tensor.elements()
+
+
+@pytest.mark.parametrize(
+    ("rel", "reason"),
+    [
+        (
+            "latest_checkpointed_iteration.txt",
+            "3221225472 bytes, more than the 1048576 it may hold",
+        ),
+        ("release/metadata.json", "3221225472 bytes, more than the 1048576 it may hold"),
+    ],
+)
+def test_a_huge_small_file_is_refused_before_it_is_read(
+    converted: Path, rel: str, reason: str, tmp_path: Path, run_cli
+) -> None:
+    """A 3 GiB sparse tracker or metadata.json was read whole."""
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    with open(root / rel, "r+b") as f:
+        f.truncate(3 << 30)
+    run = run_cli("inspect", root, "--quiet")
+    assert (run.exit_code, run.stderr) == (2, f"mtpcheck: error: {root / rel}: {reason}\n")
+
+
+def test_a_fifo_in_place_of_a_file_does_not_block(converted: Path, tmp_path: Path, run_cli) -> None:
+    """A FIFO named as the common state (or the tracker) blocked ``open()`` for ever; it is
+    taken for the missing file it stands in for."""
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    for rel in ("release/common.pt", "latest_checkpointed_iteration.txt"):
+        (root / rel).unlink()
+        os.mkfifo(root / rel)
+    run = run_cli("inspect", root / "release", "--quiet", "--format", "json")
+    assert run.exit_code == 1, run
+    failed = [f for c in json.loads(run.stdout)["checks"] for f in c["findings"]]
+    assert ("common.pt", "common.pt is missing (no saved args)") in [
+        (f["subject"], f["message"]) for f in failed if f["status"] == "fail"
+    ]
+    run = run_cli("inspect", root, "--quiet")
+    assert run.exit_code == 2 and "no latest_checkpointed_iteration.txt" in run.stderr, run
+
+
+def test_args_nested_past_any_config_are_left_out(converted: Path, tmp_path: Path, run_cli) -> None:
+    """A ``common.pt`` whose args hold a list nested 100,000 deep (a few hundred kilobytes):
+    the value is left out of the config (``json_safe`` recursed until it failed, exit 3)."""
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    common = root / "release" / "common.pt"
+    with zipfile.ZipFile(common) as z:
+        prefix = z.namelist()[0].split("/", 1)[0]
+    depth = 100_000
+    nested = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST x n, APPEND x n-1: nested n deep
+    args = glob("argparse", "Namespace") + EMPTY_TUPLE + b"\x81"  # NEWOBJ
+    args += EMPTY_DICT + text("deep") + nested + SETITEM + BUILD
+    data = PROTO2 + EMPTY_DICT + text("args") + args + SETITEM + STOP
+    with zipfile.ZipFile(common, "w") as z:
+        z.writestr(f"{prefix}/data.pkl", data)
+        z.writestr(f"{prefix}/byteorder", "little")
+    run = run_cli("inspect", root, "--quiet", "--format", "json")
+    assert run.exit_code in (0, 1), run
+    (summary,) = json.loads(run.stdout)["inputs"]
+    assert "deep" not in json.dumps(summary)
+
+
+def test_chunks_on_the_same_stored_bytes_do_not_make_a_tensor(
+    converted: Path, tmp_path: Path, run_cli
+) -> None:
+    """An index that cuts a tensor into two chunks both stored on one byte range would have it
+    assembled at its declared size from bytes read twice (2 GiB declared over a few stored);
+    the tensor is named unreadable instead."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    path = root / "release" / ".metadata"
+    meta = pickle.loads(path.read_bytes())
+    key = "embedding.word_embeddings.weight"
+    item = meta.state_dict_metadata[key]
+    (whole,) = item.chunks
+    rows = whole.sizes[0]
+    halves = [
+        ChunkStorageMetadata(
+            offsets=type(whole.offsets)([0, 0]),
+            sizes=type(whole.sizes)([rows // 2, whole.sizes[1]]),
+        ),
+        ChunkStorageMetadata(
+            offsets=type(whole.offsets)([rows // 2, 0]),
+            sizes=type(whole.sizes)([rows - rows // 2, whole.sizes[1]]),
+        ),
+    ]
+    item.chunks = halves
+    stored = meta.storage_data[MetadataIndex(key, whole.offsets)]
+    for half in halves:
+        meta.storage_data[MetadataIndex(key, half.offsets)] = stored
+    path.write_bytes(pickle.dumps(meta))
+    run = run_cli("inspect", root, "--quiet", "--format", "json")
+    assert run.exit_code == 1, run
+    findings = [
+        (f["subject"], f["message"])
+        for c in json.loads(run.stdout)["checks"]
+        for f in c["findings"]
+        if f["status"] == "fail"
+    ]
+    assert (key, f"{key}: two chunks name the same stored bytes") in findings

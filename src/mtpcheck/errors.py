@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import reprlib
 from pathlib import Path
 
 
@@ -26,10 +27,24 @@ def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+class _Short(reprlib.Repr):
+    """``reprlib``'s short repr, also of an int too long for ``repr`` (Python refuses to
+    write one of more than 4300 digits)."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:
+            return f"<an int of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_REPR = _Short()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 80, 80, 40
+
+
 def shown(value: object, limit: int = 60) -> str:
-    """``value`` as a message quotes input: its ``repr``, cut to ``limit`` characters (a file
-    may hold a value of any length)."""
-    return shown_text(repr(value), limit)
+    """``value`` as a message quotes input: its ``repr``, three levels deep at most and cut to
+    ``limit`` characters (a file may hold a value of any length or depth)."""
+    return shown_text(_REPR.repr(value), limit)
 
 
 def shown_text(text: str, limit: int = 300) -> str:

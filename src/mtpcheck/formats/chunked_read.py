@@ -79,18 +79,41 @@ def read_spans_into(spans: list[ByteSpan], out: memoryview) -> int:
     return pos
 
 
-def read_capped(path: str | os.PathLike[str], cap: int) -> bytes:
-    """A small file whole (a pickle, a tracker, a JSON file), refused with an
-    :class:`InputError` where it is no regular file (a FIFO would block ``open``) or holds
-    more than ``cap`` bytes, before a byte is read."""
+SMALL_FILE_BYTES = 1 << 20
+"""A tracker file or a ``metadata.json``: a few bytes to a few kilobytes."""
+TEXT_FILE_BYTES = 256 << 20
+"""A ``config.json``, a safetensors index or a run config: DeepSeek-V3's index is 9 MB."""
+
+
+def read_text_capped(path: str | os.PathLike[str], cap: int) -> str:
+    """A small text file whole, as :func:`read_capped` reads it, decoded as UTF-8 (an
+    :class:`InputError` where it is not)."""
+    try:
+        return read_capped(path, cap).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), f"not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A descriptor of ``path`` opened for reading, refused with an :class:`InputError` where
+    it is no regular file (a FIFO would block ``open``, a device never end)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise InputError(str(path), e.strerror or str(e)) from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(str(path), "not a regular file")
+    return fd
+
+
+def read_capped(path: str | os.PathLike[str], cap: int) -> bytes:
+    """A small file whole (a pickle, a tracker, a JSON file), refused with an
+    :class:`InputError` where it is no regular file or holds more than ``cap`` bytes, before
+    a byte is read."""
+    fd = open_regular(path)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(str(path), "not a regular file")
         if info.st_size > cap:
             raise InputError(str(path), f"{info.st_size} bytes, more than the {cap} it may hold")
         data = os.pread(fd, info.st_size + 1, 0)  # one byte more: a file that grew is seen

@@ -6,18 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import ConfigError
+from mtpcheck.errors import ConfigError, InputError
+from mtpcheck.formats.chunked_read import TEXT_FILE_BYTES, read_text_capped
 
 
 def read_config(path: Path) -> dict[str, Any]:
     """Parse ``path`` as a JSON object; any failure is a :class:`ConfigError`."""
-    if path.exists() and not path.is_file():  # a directory, or a FIFO that would block
-        raise ConfigError(path, "cannot read config: not a regular file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise ConfigError(path, f"cannot read config: {reason}") from e
+    try:  # a directory, a FIFO that would block, or gigabytes: refused before a byte is read
+        text = read_text_capped(path, TEXT_FILE_BYTES)
+    except InputError as e:
+        raise ConfigError(path, f"cannot read config: {e.reason}") from e
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: nested too deep

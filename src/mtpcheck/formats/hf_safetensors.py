@@ -19,7 +19,14 @@ from typing import Any
 import msgspec
 
 from mtpcheck.errors import InputError
-from mtpcheck.formats.chunked_read import SpanReader, read_spans, read_tensor_chunks, slice_spans
+from mtpcheck.formats.chunked_read import (
+    TEXT_FILE_BYTES,
+    SpanReader,
+    read_spans,
+    read_tensor_chunks,
+    read_text_capped,
+    slice_spans,
+)
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.safetensors_header import ShardHeader, read_header
 from mtpcheck.formats.safetensors_shards import ShardPlace, cross_checked, shard_tensors, written_as
@@ -198,14 +205,7 @@ def _load_config(root: Path) -> tuple[dict[str, Any], str | None]:
 
 def read_index(index_file: Path) -> dict[str, str]:
     """The index's weight map, its shard names checked (no path leaves the folder)."""
-    if index_file.exists() and not index_file.is_file():  # a directory, or a blocking FIFO
-        raise InputError(index_file, "not a regular file")
-    try:
-        text = index_file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(index_file, e.strerror or str(e)) from e
-    except UnicodeDecodeError as e:
-        raise InputError(index_file, f"invalid JSON ({e})") from e
+    text = read_text_capped(index_file, TEXT_FILE_BYTES)  # a FIFO, a folder: refused
     try:  # DeepSeek-V3's index is 9 MB: decoded typed in about 2/3 of json.loads' time
         weight_map = _INDEX.decode(text).weight_map
     except (ValueError, RecursionError):  # not the usual index: json.loads words the fault

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeGuard
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
+from mtpcheck.formats.chunked_read import SMALL_FILE_BYTES, read_text_capped
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER
 from mtpcheck.formats.torch_dist_keys import canonical_name as canonical_name  # re-exported
 from mtpcheck.units import first_few
@@ -104,16 +105,13 @@ def resolve_iteration_dir(path: Path) -> Path:
     tracker = path / TRACKER_FILE
     if not tracker.is_file():
         return path
-    try:
-        text = tracker.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(tracker, f"unreadable tracker file ({e})") from e
+    text = read_text_capped(tracker, SMALL_FILE_BYTES).strip()
     if text == "release":
         target = path / "release"
-    elif text.isdigit():
+    elif text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS:
         target = path / f"iter_{int(text):07d}"
     else:
-        raise InputError(tracker, f"expected an iteration number or 'release', found {text!r}")
+        raise InputError(tracker, f"expected an iteration number or 'release', found {shown(text)}")
     if not target.is_dir():
         raise InputError(tracker, f"names iteration {text}, but {target.name}/ does not exist")
     return target
@@ -180,16 +178,25 @@ def no_iteration_error(path: Path, what: str) -> InputError:
 # --- config ---------------------------------------------------------------------------------
 
 
-def json_safe(value: Any) -> tuple[bool, Any]:
-    """(True, value) when ``value`` is plain JSON data (tuples become lists), else (False, None)."""
-    if value is None or isinstance(value, (bool, int, str)):
+MAX_NESTING = 32
+"""How deep a saved config value may nest (Megatron's args nest two or three levels)."""
+
+
+def json_safe(value: Any, depth: int = 0) -> tuple[bool, Any]:
+    """(True, value) when ``value`` is plain JSON data (tuples become lists), no deeper than
+    :data:`MAX_NESTING` and without an int past 64 bits; else (False, None)."""
+    if value is None or isinstance(value, (bool, str)):
         return True, value
+    if isinstance(value, int):
+        return (-(2**63) <= value < 2**64, value if -(2**63) <= value < 2**64 else None)
     if isinstance(value, float):
         return (math.isfinite(value), value if math.isfinite(value) else None)
+    if depth >= MAX_NESTING:
+        return False, None
     if isinstance(value, (list, tuple)):
         out = []
         for item in value:
-            ok, safe = json_safe(item)
+            ok, safe = json_safe(item, depth + 1)
             if not ok:
                 return False, None
             out.append(safe)
@@ -197,7 +204,7 @@ def json_safe(value: Any) -> tuple[bool, Any]:
     if isinstance(value, Mapping):
         result: dict[str, Any] = {}
         for key, item in value.items():
-            ok, safe = json_safe(item)
+            ok, safe = json_safe(item, depth + 1)
             if not isinstance(key, str) or not ok:
                 return False, None
             result[key] = safe

@@ -51,7 +51,12 @@ from pathlib import Path
 from typing import Any
 
 from mtpcheck.errors import InputError, shown
-from mtpcheck.formats.chunked_read import read_spans, slice_spans
+from mtpcheck.formats.chunked_read import (
+    SMALL_FILE_BYTES,
+    read_spans,
+    read_text_capped,
+    slice_spans,
+)
 from mtpcheck.formats.megatron_common import (
     EMBEDDING_NAMES,
     MegatronReaderBase,
@@ -184,10 +189,8 @@ class MegatronDistReader(MegatronReaderBase):
 
 def _check_metadata_json(path: Path) -> None:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # Recursion: too deep
+        raw = json.loads(read_text_capped(path, SMALL_FILE_BYTES))
+    except (ValueError, RecursionError) as e:  # Recursion: too deep
         raise InputError(path, f"invalid JSON ({e})") from e
     backend = raw.get("sharded_backend") if isinstance(raw, dict) else None
     if backend != "torch_dist":
@@ -349,8 +352,10 @@ def _covered(plan: _Plan) -> int:
 
 
 def _coverage_issues(plans: Mapping[str, _Plan]) -> list[IntegrityIssue]:
-    """Tensors whose stored chunks do not add up to the whole tensor (they are unreadable)."""
-    return [
+    """Tensors whose stored chunks do not add up to the whole tensor, or share stored bytes
+    (they are unreadable: a tensor is assembled only from chunks that tile it, each from bytes
+    of its own, so what it costs is bounded by the bytes stored)."""
+    issues = [
         IntegrityIssue(
             "incomplete-tensor",
             name,
@@ -359,6 +364,18 @@ def _coverage_issues(plans: Mapping[str, _Plan]) -> list[IntegrityIssue]:
         for name, plan in plans.items()
         if _covered(plan) != math.prod(plan.shape)
     ]
+    issues += [
+        IntegrityIssue("incomplete-tensor", name, f"{name}: two chunks name the same stored bytes")
+        for name, plan in plans.items()
+        if _bytes_shared(plan)
+    ]
+    return issues
+
+
+def _bytes_shared(plan: _Plan) -> bool:
+    """Whether two of the plan's chunks lie on the same bytes of a file."""
+    spans = sorted((p.file, p.offset, p.offset + p.length) for p in plan.pieces)
+    return any(a[0] == b[0] and b[1] < a[2] for a, b in itertools.pairwise(spans))
 
 
 def _sizes(value: Any) -> tuple[int, ...] | None:

@@ -4,11 +4,13 @@ read as mtpcheck's canonical Megatron config."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mtpcheck.errors import InputError, shown
+from mtpcheck.formats.chunked_read import TEXT_FILE_BYTES, open_regular, read_text_capped
 from mtpcheck.formats.megatron_common import (
     MODEL_TYPE,
     RUN_CONFIG_FILE,
@@ -46,12 +48,13 @@ def _embedded_common_state(
             raise InputError(where, "has no valid byte range")
         if not 0 < length <= MAX_COMMON_BYTES:
             raise InputError(where, f"is {length} bytes; at most {MAX_COMMON_BYTES} are read")
+        fd = open_regular(directory / relative)  # a FIFO would block open()
         try:
-            with open(directory / relative, "rb") as f:
-                f.seek(offset)
-                blob = f.read(length)
+            blob = os.pread(fd, length, offset)
         except OSError as e:
             raise InputError(directory / relative, e.strerror or str(e)) from e
+        finally:
+            os.close(fd)
         if len(blob) != length:
             raise InputError(directory / relative, f"truncated: {fqn} lies past its end")
         from mtpcheck.formats.safe_pickle import load_torch_file
@@ -125,12 +128,10 @@ def _yaml_model_section(path: Path) -> Mapping[str, Any] | None:
         return loader.construct_scalar(node)  # type: ignore[arg-type]
 
     _Loader.add_multi_constructor("", plain)
+    text = read_text_capped(path, TEXT_FILE_BYTES)
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.load(f, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
-    except OSError as e:
-        raise InputError(path, e.strerror or str(e)) from e
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+    except (yaml.YAMLError, RecursionError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(path, f"invalid YAML ({reason})") from e
     model = raw.get("model") if isinstance(raw, dict) else None

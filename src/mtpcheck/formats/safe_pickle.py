@@ -35,6 +35,7 @@ import collections
 import io
 import pathlib
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,25 @@ def _is_placeholder_module(module: str) -> bool:
     return module.split(".", 1)[0].startswith(PLACEHOLDER_PREFIXES)
 
 
+_TORCH_DATA_TYPE = re.compile(
+    r"torch\.(?:[A-Z][A-Za-z0-9]*Storage|(?:b?float|complex|u?int|q?u?int|bits)[0-9a-z_]*"
+    r"|_utils\._rebuild_(?:qtensor|sparse_tensor|sparse_csr_tensor|nested_tensor|wrapper_subclass))"
+)
+"""torch's own dtype, storage and tensor-kind globals: a legitimate checkpoint names them."""
+
+
 def _refusal(path: str | Path, qualified_name: str) -> InputError:
+    name = shown_text(qualified_name, 200)
+    if _TORCH_DATA_TYPE.fullmatch(qualified_name):
+        return InputError(
+            path,
+            f"holds a tensor of {name}, a type mtpcheck does not read (an unsupported dtype or "
+            "tensor kind, not an attack: nothing was loaded or run)",
+        )
     return InputError(
         path,
-        f"refusing to unpickle {shown_text(qualified_name, 200)} (not on the allowlist); "
-        "loading this file could run arbitrary code",
+        f"refusing to unpickle {name} (not on the allowlist); loading this file could run "
+        "arbitrary code",
     )
 
 
@@ -223,9 +238,7 @@ def load_torch_file(
     except TorchReadError as e:
         raise InputError(path, f"unreadable torch.save file ({e})") from e
     try:
-        loaded = unpickle_archive(archive, path, trust_pickle=trust_pickle)
-        archive.map()  # the tensors' bytes stay readable once the file is closed
-        return loaded
+        return unpickle_archive(archive, path, trust_pickle=trust_pickle)
     except (TorchReadError, ValueError) as e:
         raise InputError(path, f"unreadable torch.save file ({e})") from e
     except OSError as e:

@@ -142,9 +142,15 @@ def _tensor(storage: Any, offset: Any, size: Any, stride: Any, dtype: DType) -> 
         raise TorchReadError(f"shape {list(shape)} with strides {list(strides)}")
     tensor = StoredTensor(dtype.code, width, shape, strides, _int(offset), storage)
     if tensor.numel:
+        held = storage.numel * (storage.dtype.itemsize if storage.dtype else 1) // width
         last = tensor.storage_offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-        if last >= storage.numel * (storage.dtype.itemsize if storage.dtype else 1) // width:
+        if last >= held:
             raise TorchReadError(f"tensor {list(shape)} reaches past its storage")
+        if tensor.numel > held:  # strides of 0 (an expanded tensor): elements alias each other
+            raise TorchReadError(
+                f"tensor {list(shape)} with strides {list(strides)} has {tensor.numel} elements, "
+                f"more than the {held} its storage holds (expanded; not read)"
+            )
     return tensor
 
 

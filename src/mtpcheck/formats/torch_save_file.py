@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from mtpcheck.errors import shown, shown_text
+from mtpcheck.formats.chunked_read import open_regular
 from mtpcheck.formats.torch_pickle import StorageRef, TorchReadError
 
 MAX_PICKLE_BYTES = 256 * 1024 * 1024
@@ -86,15 +87,15 @@ class Archive:
     ) -> None:
         self.path = Path(path)
         self._records: dict[str, zipfile.ZipInfo] = {}
-        self._mapped: Any = None
+        self._blob = blob
         self._own_fd = False
         self._fd: int | None = None
+        self._span = (0, len(blob) if blob is not None else 0)
         if blob is not None:
-            self._mapped = np.frombuffer(blob, dtype=np.uint8)
             self._file: _Window | io.BytesIO = io.BytesIO(blob)
         else:
             if fd is None:
-                fd, self._own_fd = os.open(path, os.O_RDONLY), True
+                fd, self._own_fd = open_regular(path), True
             self._fd = fd
             size = os.fstat(fd).st_size
             start, length = window if window else (0, size)
@@ -104,6 +105,7 @@ class Archive:
                 raise TorchReadError(
                     f"file ended inside the archive at bytes {start}..{start + length}"
                 )
+            self._span = (start, length)
             self._file = _Window(fd, start, length)
         try:
             self._zip = self._open_zip()
@@ -164,27 +166,13 @@ class Archive:
         return data
 
     def close(self) -> None:
-        """Close the zip and the file; storages already mapped stay readable."""
+        """Close the zip and the file; storages stay readable (:meth:`storage` opens the file
+        again, by its path)."""
         if getattr(self, "_zip", None) is not None:
             self._zip.close()
         if self._own_fd and self._fd is not None:
             os.close(self._fd)
         self._fd = None
-
-    def map(self) -> None:
-        """Map the archive's bytes now, so that its storages stay readable after
-        :meth:`close`."""
-        self._bytes()
-
-    def _bytes(self) -> Any:
-        """The archive's bytes, memory-mapped read-only on first use."""
-        if self._mapped is None:
-            if self._fd is None:
-                raise TorchReadError("archive closed before its storages were mapped")
-            window = self._file
-            assert isinstance(window, _Window)  # a descriptor is held for a file window only
-            self._mapped = _map(self._fd, window.start, window.length)
-        return self._mapped
 
     # --- storages (StorageBytes) --------------------------------------------------------------
 
@@ -210,20 +198,33 @@ class Archive:
 
     def storage(self, key: str) -> Any:
         """Storage ``key``'s bytes, a flat uint8 array (its size is held to the pickle's by
-        :meth:`check` while loading)."""
+        :meth:`check` while loading). A file's are read again from the file, by position:
+        a file that shrank since it was opened gives a :class:`TorchReadError`, never a
+        memory-mapped page past its end (SIGBUS)."""
         info = self._record(key)
-        nbytes = info.file_size
-        if info.compress_type == zipfile.ZIP_STORED:
-            start = self._data_start(info)
-            mapped = self._bytes()
-            if start + nbytes > len(mapped):
-                raise TorchReadError(f"storage {key} ends past the end of the file")
-            return mapped[start : start + nbytes]
+        if self._blob is not None:
+            return self._storage_of(info, io.BytesIO(self._blob))
+        fd = open_regular(self.path)
         try:
-            with zipfile.ZipFile(_Buffer(self._bytes())) as again:
-                return np.frombuffer(self._read(info, again), dtype=np.uint8)
-        except (zipfile.BadZipFile, EOFError, ValueError) as e:
-            raise TorchReadError(f"storage {key}: {shown_text(str(e))}") from e
+            start, length = self._span
+            if os.fstat(fd).st_size < start + length:
+                raise TorchReadError("the file shrank since it was opened (is it being written?)")
+            return self._storage_of(info, _Window(fd, start, length))
+        finally:
+            os.close(fd)
+
+    def _storage_of(self, info: zipfile.ZipInfo, source: _Window | io.BytesIO) -> Any:
+        if info.compress_type != zipfile.ZIP_STORED:
+            try:
+                with zipfile.ZipFile(source) as again:
+                    return np.frombuffer(self._read(info, again), dtype=np.uint8)
+            except (zipfile.BadZipFile, EOFError, ValueError) as e:
+                raise TorchReadError(f"storage {info.filename}: {shown_text(str(e))}") from e
+        source.seek(self._data_start(info, source))
+        data = source.read(info.file_size)
+        if len(data) != info.file_size:
+            raise TorchReadError(f"storage {info.filename} ends past the end of the file")
+        return np.frombuffer(data, dtype=np.uint8)
 
     def _record(self, key: str) -> zipfile.ZipInfo:
         info = self._records.get(f"{self.prefix}data/{key}")
@@ -231,15 +232,13 @@ class Archive:
             raise TorchReadError(f"storage {key} has no record")
         return info
 
-    def _data_start(self, info: zipfile.ZipInfo) -> int:
+    def _data_start(self, info: zipfile.ZipInfo, source: _Window | io.BytesIO | None = None) -> int:
         """Offset of the record's bytes in the archive: after its local header, whose extra
         field (torch pads it to align the data) may differ from the central directory's."""
         at = info.header_offset
-        if self._mapped is not None:
-            header = bytes(self._mapped[at : at + _LOCAL_HEADER.size])
-        else:
-            self._file.seek(at)
-            header = self._file.read(_LOCAL_HEADER.size)
+        source = source if source is not None else self._file
+        source.seek(at)
+        header = source.read(_LOCAL_HEADER.size)
         if len(header) != _LOCAL_HEADER.size:
             raise TorchReadError(f"record {info.filename} cut short")
         fields = _LOCAL_HEADER.unpack(header)
@@ -263,45 +262,3 @@ def _check_ratio(info: zipfile.ZipInfo) -> None:
             f"record {shown(info.filename)} inflates from {info.compress_size} to "
             f"{info.file_size} bytes, more than {MAX_RATIO} times"
         )
-
-
-class _Buffer(io.RawIOBase):
-    """A mapped archive as a read-only file, for ``zipfile`` (no copy of it is made)."""
-
-    def __init__(self, data: Any) -> None:
-        super().__init__()
-        self._view, self._pos = memoryview(data), 0
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._pos, len(self._view))[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def read(self, n: int | None = -1) -> bytes:
-        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
-        data = bytes(self._view[self._pos : end])
-        self._pos = max(self._pos, end)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-def _map(fd: int, start: int, length: int) -> Any:
-    """``length`` bytes at ``start`` of the file (within it: :class:`Archive` checks),
-    memory-mapped read-only; numpy aligns the map to a page itself (empty: no map)."""
-    if length <= 0:
-        return np.zeros(0, dtype=np.uint8)
-    with open(fd, "rb", closefd=False) as f:
-        return np.memmap(f, dtype=np.uint8, mode="r", offset=start, shape=(length,))
