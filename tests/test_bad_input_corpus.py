@@ -358,6 +358,10 @@ def _metadata_key_look_alike(iteration: Path) -> Path:
     return iteration / ".metadata"
 
 
+def _billion_way_tp(content: dict[str, Any]) -> None:
+    content["args"].tensor_model_parallel_size = 10**9
+
+
 def _remove_rank(rel: str) -> Callable[[Path], Path]:
     def edit(iteration: Path) -> Path:
         shutil.rmtree(iteration / rel)
@@ -829,6 +833,12 @@ CASES = [
         _megatron("dist", _metadata_key_look_alike),
         2,
         r"spells the number '0?1' as no writer does, which reads as another key's \(ambiguous\)$",
+    ),
+    Case(  # the rank directories were once named one by one: a billion of them
+        "legacy-args-a-billion-tp-ranks",
+        _megatron("legacy", _resave_rank(0, _billion_way_tp)),
+        2,
+        r"args say TP=1000000000, PP=1, EP=1: 1000000000 rank directories, and 2 are here$",
     ),
     Case(
         "legacy-tracker-missing-iteration",

@@ -61,7 +61,7 @@ FORMAT = "megatron-legacy"
 RANK_FILE = "model_optim_rng.pt"
 _VIRTUAL_CHUNK = r"model(0|[1-9][0-9]{0,5})"
 """A virtual pipeline chunk's state dict key (``model0``, ``model1``, ...), ASCII digits only."""
-_RANK_DIR = re.compile(r"^mp_rank_(\d{2,})(?:_(\d{3,}))?(?:_(\d{3,}))?$")
+_RANK_DIR = re.compile(r"^mp_rank_([0-9]{2,6})(?:_([0-9]{3,6}))?(?:_([0-9]{3,6}))?$")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
 _GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
 _COLUMN_MODULES = {"linear_qkv", "linear_q_up_proj", "linear_kv_up_proj", "linear_q_proj"}
@@ -177,8 +177,8 @@ def _size(file: str | Path) -> int:
 
 
 def _check_unchanged(files: Iterable[str], file_sizes: Mapping[str, int]) -> None:
-    """Rank files are memory-mapped: reading a tensor of one cut short since it was opened
-    would kill the process (SIGBUS), so a changed size is an error before anything is read."""
+    """A rank file that changed size since it was opened is being written: an error before
+    anything is read (a tensor read after it shrank is one too, :class:`Archive`)."""
     for file in sorted(set(files)):
         size = _size(file)
         if file in file_sizes and size != file_sizes[file]:
@@ -222,6 +222,12 @@ def _assign_ranks(
     directory: Path, rank_dirs: list[str], sizes: tuple[int, int, int]
 ) -> dict[tuple[int, int, int], str]:
     tp_size, pp_size, ep_size = sizes
+    if tp_size * pp_size * ep_size > max(1024, 4 * len(rank_dirs)):  # too many to name
+        raise InputError(
+            directory,
+            f"args say TP={tp_size}, PP={pp_size}, EP={ep_size}: {tp_size * pp_size * ep_size} "
+            f"rank directories, and {len(rank_dirs)} are here",
+        )
     expected = {
         _rank_dir_name(t, p, e, sizes): (t, p, e)
         for t in range(tp_size)
