@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.accept.server_answers import count, counts, field
+
 
 @dataclass(frozen=True)
 class ServedRequest:
@@ -84,17 +86,26 @@ def _vllm_request(response: Mapping[str, Any]) -> ServedRequest | None:
     """vLLM >= 0.32: ``metrics.speculative_decoding`` of a completion response
     (``SpeculativeDecodingMetrics``); ``acceptance_histogram[j]`` counts the verify steps
     that accepted exactly j drafts."""
-    spec = (response.get("metrics") or {}).get("speculative_decoding")
+    metrics = response.get("metrics")
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, Mapping) else None
     if not isinstance(spec, dict):
         return None
-    histogram = [int(n) for n in spec["acceptance_histogram"]]
+    what = "metrics.speculative_decoding."
+    histogram = counts(field(spec, "acceptance_histogram"), what + "acceptance_histogram")
     return ServedRequest(
-        generated_tokens=int(response["usage"]["completion_tokens"]),
-        drafts=int(spec["num_spec_steps"]),
-        draft_tokens=int(spec["num_draft_tokens"]),
-        accepted_tokens=int(spec["num_accepted_draft_tokens"]),
+        generated_tokens=_generated(response),
+        drafts=count(field(spec, "num_spec_steps"), what + "num_spec_steps"),
+        draft_tokens=count(field(spec, "num_draft_tokens"), what + "num_draft_tokens"),
+        accepted_tokens=count(
+            field(spec, "num_accepted_draft_tokens"), what + "num_accepted_draft_tokens"
+        ),
         accepted_per_position=_reached(histogram),
     )
+
+
+def _generated(response: Mapping[str, Any]) -> int:
+    """The tokens a completion generated (``usage.completion_tokens``)."""
+    return count(field(response, "usage", "completion_tokens"), "usage.completion_tokens")
 
 
 def _spec_decode_counters(prefix: str, requests: str | None, generated: str) -> Counters:
@@ -137,17 +148,25 @@ def _sglang_request(response: Mapping[str, Any]) -> ServedRequest | None:
     """SGLang 0.5.23: ``sglext.spec_tokens_details`` of a completion response asked with
     ``return_spec_tokens_details`` (``SpecTokensDetails``; the ``meta_info`` fields of
     ``/generate``)."""
-    details = (response.get("sglext") or {}).get("spec_tokens_details")
+    extension = response.get("sglext")
+    details = extension.get("spec_tokens_details") if isinstance(extension, Mapping) else None
     if isinstance(details, list):  # one per choice with n > 1; mtpcheck asks for one
         details = details[0] if len(details) == 1 else None
     if not isinstance(details, dict) or "spec_verify_ct" not in details:
         return None
-    histogram = [int(n) for n in details.get("spec_correct_drafts_histogram") or []]
+    what = "sglext.spec_tokens_details."
+    histogram = counts(
+        details.get("spec_correct_drafts_histogram") or [], what + "spec_correct_drafts_histogram"
+    )
     return ServedRequest(
-        generated_tokens=int(response["usage"]["completion_tokens"]),
-        drafts=int(details["spec_verify_ct"]),
-        draft_tokens=int(details["spec_num_proposed_drafts"]),
-        accepted_tokens=int(details["spec_num_correct_drafts"]),
+        generated_tokens=_generated(response),
+        drafts=count(field(details, "spec_verify_ct"), what + "spec_verify_ct"),
+        draft_tokens=count(
+            field(details, "spec_num_proposed_drafts"), what + "spec_num_proposed_drafts"
+        ),
+        accepted_tokens=count(
+            field(details, "spec_num_correct_drafts"), what + "spec_num_correct_drafts"
+        ),
         accepted_per_position=_reached(histogram) if histogram else None,
     )
 

@@ -1,19 +1,21 @@
 """The HTTP side of ``accept --server``: JSON requests and the ``/metrics`` page of a running
 server, each bounded in time, each failure one line naming the URL (exit 2).
 
-The standard library's ``urllib`` is enough: the servers are plain HTTP/1.1 on a known host,
-and mtpcheck sends a few hundred requests, one JSON object each.
+The standard library's ``http.client`` is enough: the servers are plain HTTP/1.1 on a known
+host, and mtpcheck sends a few hundred requests, one JSON object each. It follows no redirect,
+and bounds each request as a whole: in time, and in the bytes it reads.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
-import urllib.request
+import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown_text
 
 
 class ServerError(InputError):
@@ -46,7 +48,7 @@ class Server:
 
     def get_text(self, path: str) -> str:
         """The body of a GET of ``path``."""
-        return self._send(urllib.request.Request(self.url(path), method="GET"))
+        return self._send("GET", path)
 
     def get_json(self, path: str) -> Any:
         """The JSON body of a GET of ``path``."""
@@ -54,13 +56,7 @@ class Server:
 
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """The JSON answer to ``body`` posted to ``path``."""
-        request = urllib.request.Request(
-            self.url(path),
-            data=json.dumps(body).encode("utf-8"),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        return self._decode(path, self._send(request))
+        return self._decode(path, self._send("POST", path, json.dumps(body).encode("utf-8")))
 
     def probe(self, path: str) -> Any | None:
         """GET ``path`` as JSON, or None where the server has no such page (detection asks
@@ -70,44 +66,96 @@ class Server:
         except ServerError:
             return None
 
-    def _send(self, request: urllib.request.Request) -> str:
-        url = request.full_url
+    def _send(self, method: str, path: str, body: bytes | None = None) -> str:
+        """One request, its whole answer within :attr:`timeout` (not each read: a server
+        dripping a byte at a time is cut off), at most :data:`MAX_BODY_BYTES` of it; a
+        redirect is refused and said (what another host answers is not this server's)."""
+        url = self.url(path)
+        deadline = time.monotonic() + self.timeout
+        parts = urllib.parse.urlsplit(url)
+        secure = parts.scheme == "https"
+        kind = http.client.HTTPSConnection if secure else http.client.HTTPConnection
+        conn = kind(parts.hostname or "", parts.port, timeout=self.timeout)
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text: str = response.read().decode("utf-8", errors="replace")
-                return text
-        except urllib.error.HTTPError as e:
-            raise ServerError(url, f"HTTP {e.code} {e.reason}{_said(e)}") from e
-        except urllib.error.URLError as e:
-            reason = getattr(e.reason, "strerror", None) or str(e.reason)
-            raise ServerError(url, f"no answer ({reason})") from e
+            conn.request(method, target or "/", body=body, headers=headers)
+            _left(conn, deadline)
+            response = conn.getresponse()
+            data = _body(conn, response, deadline)
         except TimeoutError as e:
             raise ServerError(url, f"no answer within {self.timeout:g} s") from e
-        except (ConnectionError, OSError) as e:
-            raise ServerError(url, f"connection failed ({e.strerror or e})") from e
+        except _TooLong as e:
+            raise ServerError(url, str(e)) from e
+        except (http.client.HTTPException, OSError) as e:
+            reason = getattr(e, "strerror", None) or shown_text(str(e) or type(e).__name__, 200)
+            raise ServerError(url, f"no answer ({reason})") from e
+        finally:
+            conn.close()
+        if 300 <= response.status < 400:
+            moved_to = shown_text(response.getheader("Location") or "?", 200)
+            raise ServerError(
+                url,
+                f"HTTP {response.status}: redirects to {moved_to}; mtpcheck follows no redirect "
+                "(give --server the URL that answers)",
+            )
+        if response.status >= 400:
+            raise ServerError(url, f"HTTP {response.status} {response.reason}{_said(data)}")
+        return data.decode("utf-8", errors="replace")
 
     def _decode(self, path: str, text: str) -> Any:
         try:
             return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ServerError(self.url(path), f"answered with something not JSON ({e.msg})") from e
+        except (ValueError, RecursionError) as e:  # ValueError: not JSON, or an int too long
+            said = e.msg if isinstance(e, json.JSONDecodeError) else shown_text(str(e), 120)
+            raise ServerError(self.url(path), f"answered with something not JSON ({said})") from e
 
 
-def _said(error: urllib.error.HTTPError) -> str:
+MAX_BODY_BYTES = 64 << 20
+"""The longest answer read: a ``/metrics`` page of many engines is a few megabytes."""
+
+
+class _TooLong(Exception):
+    """An answer past :data:`MAX_BODY_BYTES`."""
+
+
+def _left(conn: http.client.HTTPConnection, deadline: float) -> None:
+    """Give the connection's next read what is left of the request's time."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    if conn.sock is not None:
+        conn.sock.settimeout(remaining)
+
+
+def _body(
+    conn: http.client.HTTPConnection, response: http.client.HTTPResponse, deadline: float
+) -> bytes:
+    """The answer's body, read a piece at a time, each read given what is left of the
+    request's time."""
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        _left(conn, deadline)
+        piece = response.read1(1 << 16)
+        if not piece:
+            return b"".join(pieces)
+        size += len(piece)
+        if size > MAX_BODY_BYTES:
+            raise _TooLong(f"answered more than {MAX_BODY_BYTES} bytes")
+        pieces.append(piece)
+
+
+def _said(data: bytes) -> str:
     """What the server said about a refused request, on one line: OpenAI-style servers put it
     in ``{"error": {"message": ...}}`` or ``{"message": ...}``, others send plain text."""
-    try:
-        text = error.read().decode("utf-8", errors="replace").strip()
-    except OSError:
-        return ""
+    text = data[:65536].decode("utf-8", errors="replace").strip()
     try:
         body = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         body = text
     if isinstance(body, dict):
         inner = body.get("error", body)
         body = inner.get("message", inner) if isinstance(inner, dict) else inner
-    said = " ".join(str(body).split())
-    if len(said) > 300:
-        said = said[:297] + "..."
-    return f": {said}" if said else ""
+    said = " ".join(shown_text(str(body), 2000).split())
+    return f": {shown_text(said)}" if said else ""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from mtpcheck.accept.server_engines import ENGINES, ServingEngine
 from mtpcheck.accept.server_http import Server, ServerError
 from mtpcheck.accept.server_metrics import Reading, scrape
+from mtpcheck.errors import shown_text
 from mtpcheck.units import first_few
 
 
@@ -67,7 +68,11 @@ def _unknown_spec_names(engine: ServingEngine, reading: Reading) -> list[str]:
 def _version(server: Server, engine: ServingEngine) -> str:
     page = server.probe(engine.version_page)
     value = page.get(engine.version_field) if isinstance(page, dict) else None
-    return str(value) if value else "(version not told)"
+    return (
+        shown_text(str(value), 40)
+        if isinstance(value, str | int | float) and value
+        else ("(version not told)")
+    )
 
 
 def _model(server: Server, given: str | None) -> str:
@@ -75,13 +80,15 @@ def _model(server: Server, given: str | None) -> str:
         return given
     listing = server.get_json("/v1/models")
     models = listing.get("data") if isinstance(listing, dict) else None
-    ids = [str(m["id"]) for m in models or [] if isinstance(m, dict) and m.get("id")]
+    listed = models if isinstance(models, list) else []
+    ids = [m["id"] for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if not ids:
         raise ServerError(server.url("/v1/models"), "lists no model; name one with --server-model")
     if len(ids) > 1:
         raise ServerError(
             server.url("/v1/models"),
-            f"serves {len(ids)} models ({', '.join(ids)}); name one with --server-model",
+            f"serves {len(ids)} models ({shown_text(', '.join(ids), 200)}); name one with "
+            "--server-model",
         )
     return str(ids[0])
 

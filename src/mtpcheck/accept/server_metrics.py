@@ -8,11 +8,13 @@ index, a model name), so that a server of several engines reads as one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mtpcheck.accept.server_http import Server, ServerError
+from mtpcheck.errors import raised_by_us, shown_text
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,17 @@ class Reading:
         try:
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    samples[sample.name].append((dict(sample.labels), float(sample.value)))
-        except ValueError as e:  # the parser's one error type for malformed exposition text
-            raise ServerError(where, f"not Prometheus exposition text ({e})") from e
+                    value = float(sample.value)
+                    if not math.isfinite(value):
+                        raise ServerError(where, f"{sample.name} is {value:g}, not a count")
+                    samples[sample.name].append((dict(sample.labels), value))
+        except ServerError:
+            raise
+        except Exception as e:  # the parser raises ValueError, and more on odd text
+            if raised_by_us(e):
+                raise
+            said = shown_text(str(e).split("\n", 1)[0], 200)
+            raise ServerError(where, f"not Prometheus exposition text ({said})") from e
         return Reading({name: tuple(values) for name, values in samples.items()})
 
     def names(self) -> frozenset[str]:

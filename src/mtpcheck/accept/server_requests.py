@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.accept.server_answers import OddAnswer, count, position
 from mtpcheck.accept.server_engines import ServedRequest, ServingEngine
 from mtpcheck.accept.server_http import Server, ServerError
 from mtpcheck.accept.server_metrics import Reading, moved, moved_by_label, scrape
@@ -68,6 +69,10 @@ def _complete(server: Server, body: dict[str, Any]) -> dict[str, Any]:
         raise ServerError(
             server.url("/v1/completions"), "answered without an OpenAI completion ('usage')"
         )
+    try:
+        _generated(answer)  # read once here, where the URL is known
+    except OddAnswer as e:
+        raise ServerError(server.url("/v1/completions"), str(e)) from e
     return answer
 
 
@@ -95,13 +100,23 @@ def _ours(engine: ServingEngine, answers: Sequence[dict[str, Any]]) -> int:
 
 
 def _generated(answer: dict[str, Any]) -> int:
-    return int(answer["usage"].get("completion_tokens", 0))
+    what = "usage.completion_tokens"
+    return count(answer["usage"].get("completion_tokens", 0), what)  # usage: _complete's
 
 
 def from_counters(
     engine: ServingEngine, before: Reading, after: Reading, generated: int, where: str
 ) -> ServedRequest:
-    """The figures between two scrapes, as one request's."""
+    """The figures between two scrapes, as one request's (``where``: the metrics page)."""
+    try:
+        return _between(engine, before, after, generated, where)
+    except OddAnswer as e:
+        raise ServerError(where, str(e)) from e
+
+
+def _between(
+    engine: ServingEngine, before: Reading, after: Reading, generated: int, where: str
+) -> ServedRequest:
     counters = engine.counters
     assert counters is not None
     per_position = None
@@ -109,20 +124,26 @@ def from_counters(
         by_label = moved_by_label(
             before, after, counters.accepted_per_position, counters.position_label, where
         )
-        per_position = tuple(int(by_label[k]) for k in sorted(by_label, key=int))
+        name = counters.accepted_per_position
+        by_position = {position(k, name): v for k, v in by_label.items()}
+        per_position = tuple(count(by_position[k], name) for k in sorted(by_position))
     drafts = None
     if counters.drafts:
-        drafts = int(moved(before, after, counters.drafts, where))
+        drafts = count(moved(before, after, counters.drafts, where), counters.drafts)
     elif counters.drafted_per_position and counters.position_label:
         made = moved_by_label(
             before, after, counters.drafted_per_position, counters.position_label, where
         )
-        drafts = int(made.get("0", 0))
+        drafts = count(made.get("0", 0), counters.drafted_per_position)
     return ServedRequest(
         generated_tokens=generated,
         drafts=drafts,
-        draft_tokens=int(moved(before, after, counters.draft_tokens, where)),
-        accepted_tokens=int(moved(before, after, counters.accepted_tokens, where)),
+        draft_tokens=count(
+            moved(before, after, counters.draft_tokens, where), counters.draft_tokens
+        ),
+        accepted_tokens=count(
+            moved(before, after, counters.accepted_tokens, where), counters.accepted_tokens
+        ),
         accepted_per_position=per_position,
     )
 
@@ -170,7 +191,7 @@ def send_workload(
     if concurrency == 1 and engine.counters is not None:
         return _one_by_one(server, engine, bodies, before, progress)
     answers = _all_at_once(server, bodies, concurrency, progress)
-    figures = [engine.per_request(a) if engine.per_request else None for a in answers]
+    figures = [_figures(server, engine, a) for a in answers]
     if all(f is not None for f in figures):
         requests = tuple(f for f in figures if f is not None)
         note = _cross_check(server, engine, before, requests, where) if engine.counters else ""
@@ -202,6 +223,16 @@ def send_workload(
         f"its counters over all {len(bodies)} requests, as one (no interval; --concurrency 1 "
         "reads them request by request)",
     )
+
+
+def _figures(server: Server, engine: ServingEngine, answer: dict[str, Any]) -> ServedRequest | None:
+    """The engine's per-request figures in one answer (None where it gives none)."""
+    if engine.per_request is None:
+        return None
+    try:
+        return engine.per_request(answer)
+    except OddAnswer as e:
+        raise ServerError(server.url("/v1/completions"), f"{engine.title} {e}") from e
 
 
 def _undrafted(answer: dict[str, Any]) -> ServedRequest:
