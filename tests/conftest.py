@@ -77,6 +77,16 @@ def run_cli() -> Callable[..., Run]:
     return run
 
 
+PEAK = """
+def peak_kib():
+    # this process's own peak resident memory, in KiB: VmHWM of the memory map exec made
+    # (getrusage's ru_maxrss keeps the forking parent's peak across exec)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+"""
+"""Python source defining ``peak_kib()``, for a child process to report its own peak."""
+
+
 def flip_bit(path: Path, offset: int, bit: int = 0) -> None:
     """Flip one bit of the byte at ``offset`` in ``path``, in place."""
     with open(path, "r+b") as f:

@@ -16,6 +16,8 @@ import pathlib
 import pickle
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ import pytest
 from mtpcheck.errors import InputError
 from mtpcheck.formats.safe_pickle import load_raw_pickle, load_torch_file
 from mtpcheck.formats.torch_pickle import TorchReadError
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, PEAK
 
 PROTO2 = b"\x80\x02"
 STOP = b"."
@@ -544,3 +546,64 @@ def test_chunks_on_the_same_stored_bytes_do_not_make_a_tensor(
         if f["status"] == "fail"
     ]
     assert (key, f"{key}: two chunks name the same stored bytes") in findings
+
+
+# --- memory: what a refusal costs, measured in a process of its own --------------------------
+
+_LOAD = (
+    PEAK
+    + """
+import sys
+from mtpcheck.errors import InputError
+from mtpcheck.formats.safe_pickle import load_raw_pickle, load_torch_file
+from mtpcheck.formats.torch_pickle import TorchReadError
+path = sys.argv[1]
+try:
+    if path.endswith(".pt"):
+        for value in load_torch_file(path).values():
+            value.elements()
+    else:
+        load_raw_pickle(path)
+except (InputError, TorchReadError) as e:
+    print(e)
+print(peak_kib())
+"""
+)
+
+
+def _bombs(tmp_path: Path) -> dict[str, Path]:
+    import torch
+
+    zeros = tmp_path / "zeros.pt"
+    torch.save({"w": torch.zeros(1 << 26, dtype=torch.uint8)}, zeros)  # 64 MiB of zeros
+    deflated = tmp_path / "deflated.pt"
+    with zipfile.ZipFile(zeros) as src, zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    zeros.unlink()
+    expanded = tmp_path / "expanded.pt"
+    torch.save({"w": torch.zeros(1, dtype=torch.uint8).expand(1 << 31)}, expanded)
+    return {
+        "memo": write(tmp_path, PROTO2 + NONE + b"r" + struct.pack("<I", 2**30) + STOP, "memo"),
+        "bytes": write(
+            tmp_path,
+            pickle_of(result=glob("builtins", "bytes") + integer(2**31) + TUPLE1 + REDUCE),
+            "bytes",
+        ),
+        "deflated": deflated,
+        "expanded": expanded,
+    }
+
+
+@pytest.mark.parametrize("bomb", ["memo", "bytes", "deflated", "expanded"])
+def test_a_refusal_costs_what_the_file_holds_not_what_it_claims(bomb: str, tmp_path: Path) -> None:
+    """Each claims a gigabyte or more (a memo slot at 2**30, bytes(2**31), 64 MiB deflated to
+    64 KiB, 2**31 elements on one stored byte); refused, each costs its process under 256 MiB,
+    the interpreter and numpy included."""
+    path = _bombs(tmp_path)[bomb]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=120
+    )
+    said, peak = done.stdout.strip().rsplit("\n", 1)
+    assert done.returncode == 0 and said, done
+    assert int(peak) < 256 * 1024, (bomb, peak, said)  # KiB

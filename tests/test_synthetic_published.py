@@ -7,7 +7,6 @@ converts the family instead, never in an internal error."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from mtpcheck.families import declared_count, detect_family
 from mtpcheck.families.layout import flat_patterns
 from mtpcheck.families.main_layout import main_layout
 from mtpcheck.mapping.plan import MappingError, mappable_family
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, PEAK
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "published_configs"
 PUBLISHED = sorted(p.stem for p in CONFIGS.glob("*.json"))
@@ -290,14 +289,12 @@ def test_the_build_stays_small_whatever_the_real_size(name: str, tmp_path: Path)
     """Qwen3.5-27B's nested text config once went unscaled (11 GB before the kernel stopped
     it); the largest published model, Nemotron-3 Ultra 550B, built as well: the builder's own
     process peaks under 2 GiB."""
-    code = (
-        "import sys; from pathlib import Path; "
-        "from mtpcheck.convert.synthetic import build_synthetic; "
-        "build_synthetic(Path(sys.argv[1]), Path(sys.argv[2]))"
+    code = PEAK + (
+        "import sys\nfrom pathlib import Path\n"
+        "from mtpcheck.convert.synthetic import build_synthetic\n"
+        "build_synthetic(Path(sys.argv[1]), Path(sys.argv[2]))\nprint(peak_kib())\n"
     )
     argv = [sys.executable, "-c", code, str(CONFIGS / f"{name}.json"), str(tmp_path / "tiny")]
-    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0
-    assert usage.ru_maxrss < 2 * 1024 * 1024  # KiB
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) < 2 * 1024 * 1024  # KiB

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from mtpcheck.model import CheckResult, Report, Status
+from mtpcheck.model import CheckResult, Finding, Report, Status
 from mtpcheck.report.blocks import Block, Cell, CellLike, Column, Grid, Line
 from mtpcheck.report.formatting import md_cell, md_table
 from mtpcheck.report.section import Section
@@ -32,11 +33,29 @@ MIN_FINDING = 40
 """Terminal: the narrowest the findings column gets, in characters."""
 
 
+NO_FINDINGS = "no findings"
+
+
+def findings_of(check: CheckResult) -> tuple[Finding, ...]:
+    """A check's findings as every format shows them: a check that found nothing shows one
+    SKIP saying so (the JSON schema holds each check to a finding at least)."""
+    return check.findings or (Finding("-", Status.SKIP, NO_FINDINGS),)
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with the characters XML 1.0 cannot hold (most control characters, lone
+    surrogates) written as ``\\xNN`` / ``\\uNNNN`` escapes, so the report stays well-formed."""
+    return _NOT_XML.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 def _longest(report: Report) -> tuple[int, int]:
     """Longest subject, and longest unbreakable word of a finding (a tensor name)."""
     subject, word = 7, 7
     for check in report.checks:
-        for f in check.findings[:MAX_ROWS_PER_CHECK]:
+        for f in findings_of(check)[:MAX_ROWS_PER_CHECK]:
             subject = max(subject, len(f.subject))
             word = max(word, *(len(w) for w in f.message.split()), 0)
     return subject, min(max(word, MIN_FINDING), 400)
@@ -50,12 +69,12 @@ def needed_width(report: Report) -> int:
 
 
 def _rows(check: CheckResult) -> list[tuple[CellLike, ...]]:
-    shown = check.findings[:MAX_ROWS_PER_CHECK]
+    shown = findings_of(check)[:MAX_ROWS_PER_CHECK]
     rows: list[tuple[CellLike, ...]] = [
         (Cell(f.status.value.upper(), STYLE[f.status]), check.name, f.subject, f.message)
         for f in shown
     ]
-    hidden = len(check.findings) - len(shown)
+    hidden = len(findings_of(check)) - len(shown)
     if hidden:
         rows.append(("", check.name, "", f"... {hidden} more (use --format json)"))
     return rows
@@ -85,7 +104,7 @@ def _markdown(report: Report) -> str:
     rows = (
         (ICON[f.status], check.name, f"`{md_cell(f.subject)}`", md_cell(f.message))
         for check in report.checks
-        for f in check.findings
+        for f in findings_of(check)
     )
     return md_table("\n", (None, "check", "subject", "finding"), rows)
 
@@ -98,7 +117,7 @@ def _check_json(c: CheckResult) -> dict[str, Any]:
             "message": f.message,
             "details": dict(f.details),
         }
-        for f in c.findings
+        for f in findings_of(c)
     ]
     return {"name": c.name, "title": c.title, "status": c.status.value, "findings": findings}
 
@@ -108,20 +127,21 @@ def _json(report: Report) -> dict[str, Any]:
 
 
 def _testcase(report: Report, check: CheckResult) -> ET.Element:
-    """One check as a test: failed, skipped, or passed with its findings as output."""
-    case = ET.Element("testcase", classname=f"mtpcheck.{report.command}", name=check.name)
-    lines = "\n".join(f"[{f.status.value}] {f.subject}: {f.message}" for f in check.findings)
-    if check.name in report.failing:  # failed, or warned under --strict
-        first = next(f for f in check.findings if f.status is check.status)
-        failure = ET.SubElement(case, "failure", message=f"{first.subject}: {first.message}")
-        failure.text = lines
-    elif check.status is Status.SKIP:  # a check without findings is skipped too
-        why = check.findings[0].message if check.findings else "no findings"
-        ET.SubElement(case, "skipped", message=why)
+    """One check as a test: failed (or warned under ``--strict``), skipped, or passed with its
+    findings as output."""
+    name = xml_text(check.name)
+    case = ET.Element("testcase", classname=f"mtpcheck.{report.command}", name=name)
+    findings = findings_of(check)
+    lines = xml_text("\n".join(f"[{f.status.value}] {f.subject}: {f.message}" for f in findings))
+    if check.name in report.failing:
+        first = next(f for f in findings if f.status is check.status)
+        message = xml_text(f"{first.subject}: {first.message}")
+        ET.SubElement(case, "failure", message=message).text = lines
+    elif check.status is Status.SKIP:
+        ET.SubElement(case, "skipped", message=xml_text(findings[0].message))
     else:
-        out = ET.SubElement(case, "system-out")
-        out.text = lines
-    case.set("file", ", ".join(s.path for s in report.inputs))
+        ET.SubElement(case, "system-out").text = lines
+    case.set("file", xml_text(", ".join(s.path for s in report.inputs)))
     return case
 
 
