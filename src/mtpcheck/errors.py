@@ -44,6 +44,8 @@ _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 80, 80, 40
 def shown(value: object, limit: int = 60) -> str:
     """``value`` as a message quotes input: its ``repr``, three levels deep at most and cut to
     ``limit`` characters (a file may hold a value of any length or depth)."""
+    if isinstance(value, str):  # a name: whole, up to the limit
+        return shown_text(repr(value[: limit + 1]), limit)
     return shown_text(_REPR.repr(value), limit)
 
 

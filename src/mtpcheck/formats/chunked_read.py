@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from mtpcheck.chunks import rechunk
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.model import ByteSpan, TensorMeta
 
 _SEEK_DATA = getattr(os, "SEEK_DATA", None)
@@ -20,14 +20,14 @@ _SEEK_HOLE = getattr(os, "SEEK_HOLE", None)
 def read_tensor_chunks(meta: TensorMeta, chunk_bytes: int) -> Iterator[bytes]:
     """Yield ``meta``'s bytes from its file in order, ``chunk_bytes`` at a time."""
     if not meta.readable:
-        raise InputError(meta.file, f"tensor {meta.name!r} lies past the end of the file")
+        raise InputError(meta.file, f"tensor {shown(meta.name, 200)} lies past the end of the file")
     span = ByteSpan(meta.file, meta.offset, meta.nbytes)
     yield from read_spans([span], chunk_bytes, _ended(meta))
 
 
 def _ended(meta: TensorMeta) -> str:
     """What a read that meets the end of the file before the tensor's last byte says."""
-    return f"file ended while reading tensor {meta.name!r} (truncated?)"
+    return f"file ended while reading tensor {shown(meta.name, 200)} (truncated?)"
 
 
 def read_spans(

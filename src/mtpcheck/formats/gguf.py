@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mtpcheck.dtypes import DTYPES
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.formats.chunked_read import read_tensor_chunks
 from mtpcheck.model import CheckpointData, IntegrityIssue, Naming, TensorMeta
 from mtpcheck.units import first_few
@@ -148,12 +148,16 @@ def _read_file(path: Path) -> _File:
         raise InputError(path, e.strerror or str(e)) from e
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0:
-        raise InputError(path, f"general.alignment {alignment!r} is not a positive integer")
+        raise InputError(
+            path, f"general.alignment {shown(alignment, 200)} is not a positive integer"
+        )
     data_start = -(-end // alignment) * alignment
     tensors: dict[str, TensorMeta] = {}
     for name, dims, type_id, offset in records:
         if name in tensors:
-            raise InputError(path, f"tensor {name!r} is declared twice in the GGUF header")
+            raise InputError(
+                path, f"tensor {shown(name, 200)} is declared twice in the GGUF header"
+            )
         tensors[name] = _meta(path, name, dims, type_id, data_start + offset, size)
     return _File(path, metadata, tensors)
 
@@ -242,7 +246,8 @@ def _checkpoint(
         for name, meta in file.tensors.items():
             if name in tensors:
                 raise InputError(
-                    file.path, f"tensor {name!r} is also in {Path(tensors[name].file).name}"
+                    file.path,
+                    f"tensor {shown(name, 200)} is also in {Path(tensors[name].file).name}",
                 )
             tensors[name] = meta
     first = next((f for f in files if not f.metadata.get("split.no")), files[0] if files else None)
@@ -273,7 +278,7 @@ def _tensor_record(header: _Header) -> tuple[str, tuple[int, ...], int, int]:
     name = header.string()
     n_dims = header.unpack("<I")
     if n_dims > 8:
-        raise InputError(header.path, f"tensor {name!r} claims {n_dims} dimensions")
+        raise InputError(header.path, f"tensor {shown(name, 200)} claims {n_dims} dimensions")
     dims = tuple(header.unpack("<Q") for _ in range(n_dims))
     return name, dims, header.unpack("<I"), header.unpack("<Q")
 
@@ -283,14 +288,18 @@ def _meta(
 ) -> TensorMeta:
     code = GGML_TYPES.get(type_id)
     if code is None:
-        raise InputError(path, f"tensor {name!r} has ggml_type {type_id}, which mtpcheck lacks")
+        raise InputError(
+            path, f"tensor {shown(name, 200)} has ggml_type {type_id}, which mtpcheck lacks"
+        )
     shape = tuple(reversed(dims))  # GGUF lists the innermost dimension first
     numel = 1
     for d in shape:
         numel *= d
     nbytes = DTYPES[code].nbytes(numel)
     if nbytes is None:
-        raise InputError(path, f"tensor {name!r}: {numel} elements do not fill {code} blocks")
+        raise InputError(
+            path, f"tensor {shown(name, 200)}: {numel} elements do not fill {code} blocks"
+        )
     return TensorMeta(name, code, shape, str(path), offset, nbytes, offset + nbytes <= size)
 
 
@@ -341,7 +350,7 @@ def _pair_issues(target: GgufCheckpoint, draft: GgufCheckpoint) -> list[Integrit
     name = Path(draft.path).name
     tc, dc = target.config, draft.config
     problems = [
-        f"{key} {dc.get(key)!r}, the target's is {tc.get(key)!r}"
+        f"{key} {shown(dc.get(key), 200)}, the target's is {shown(tc.get(key), 200)}"
         for key in ("architecture", "hidden_size")
         if tc.get(key) != dc.get(key)
     ]

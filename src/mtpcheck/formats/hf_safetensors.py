@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, shown
 from mtpcheck.formats.chunked_read import (
     TEXT_FILE_BYTES,
     SpanReader,
@@ -72,7 +72,7 @@ class HfCheckpoint(CheckpointData):
         if not meta.readable:
             return read_tensor_chunks(meta, chunk_bytes)  # raises: past the end of the file
         spans = slice_spans([ByteSpan(meta.file, meta.offset, meta.nbytes)], start, length)
-        return read_spans(spans, chunk_bytes, f"file ended while reading tensor {name!r}")
+        return read_spans(spans, chunk_bytes, f"file ended while reading tensor {shown(name, 200)}")
 
     def span_reader(self) -> SpanReader:
         """Positioned reads at ``tensors[name]``'s file and offset (the tensor matcher's fast
@@ -187,7 +187,7 @@ def _resolve_hf_cache(path: Path) -> Path:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise InputError(ref, f"unreadable refs/main ({reason})") from e
         if revision in (".", "..") or any(c in revision for c in "/\\\0"):
-            raise InputError(ref, f"refs/main names {revision!r}, not a snapshot")
+            raise InputError(ref, f"refs/main names {shown(revision, 200)}, not a snapshot")
         if revision and (snapshots / revision).is_dir():
             return snapshots / revision
     candidates = sorted(p for p in snapshots.iterdir() if p.is_dir())
@@ -213,11 +213,13 @@ def read_index(index_file: Path) -> dict[str, str]:
     for shard in set(weight_map.values()):
         pure = PurePosixPath(shard)
         if pure.is_absolute() or ".." in pure.parts or "\\" in shard:
-            raise InputError(index_file, f"shard {shard!r} points outside the checkpoint folder")
+            raise InputError(
+                index_file, f"shard {shown(shard, 200)} points outside the checkpoint folder"
+            )
         if "\0" in shard:
-            raise InputError(index_file, f"shard {shard!r} has a NUL byte in its name")
+            raise InputError(index_file, f"shard {shown(shard, 200)} has a NUL byte in its name")
         if not shard.endswith(".safetensors"):
-            raise InputError(index_file, f"shard {shard!r} is not a .safetensors file")
+            raise InputError(index_file, f"shard {shown(shard, 200)} is not a .safetensors file")
     return weight_map
 
 

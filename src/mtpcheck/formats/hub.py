@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from mtpcheck.errors import HeaderError, InputError
+from mtpcheck.errors import HeaderError, InputError, shown
 from mtpcheck.formats.config_json import read_config
 from mtpcheck.formats.hf_safetensors import INDEX_SUFFIX, HfSafetensorsReader, read_index
 from mtpcheck.formats.hub_ref import HubRef
@@ -324,7 +324,7 @@ def _open_online(ref: HubRef, client: _Client, fetch_bytes: bool) -> HubCheckpoi
 def _check_shard_names(ref: HubRef, weight_map: Mapping[str, str]) -> None:
     for shard in set(weight_map.values()):
         if "/" in shard:  # read_index has refused backslashes and ".."
-            raise InputError(f"{ref}/{INDEX_FILE}", f"shard {shard!r} is in a sub-folder")
+            raise InputError(f"{ref}/{INDEX_FILE}", f"shard {shown(shard, 200)} is in a sub-folder")
 
 
 def _header(client: _Client, shard: str) -> ShardHeader:
@@ -376,7 +376,7 @@ def _explain(ref: HubRef, e: BaseException) -> str | None:
             "(`hf auth login`) or set HF_TOKEN if it is private"
         )
     if isinstance(e, errors.RevisionNotFoundError):
-        return f"revision {ref.revision!r} does not exist"
+        return f"revision {shown(ref.revision, 200)} does not exist"
     if isinstance(e, errors.LocalEntryNotFoundError):
         return f"cannot reach {_endpoint()} and the file is not cached"
     if isinstance(e, errors.HfHubHTTPError):

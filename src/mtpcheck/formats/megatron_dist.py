@@ -123,7 +123,9 @@ class MegatronDistCheckpoint(CheckpointData):
         stored chunks."""
         meta = self.tensors[name]
         if not meta.readable:
-            raise InputError(meta.file, f"tensor {name!r} has chunks past the end of the file")
+            raise InputError(
+                meta.file, f"tensor {shown(name, 200)} has chunks past the end of the file"
+            )
         spans = self.byte_spans(name)
         if spans is None:
             directory = Path(self.directory)
@@ -194,7 +196,9 @@ def _check_metadata_json(path: Path) -> None:
         raise InputError(path, f"invalid JSON ({e})") from e
     backend = raw.get("sharded_backend") if isinstance(raw, dict) else None
     if backend != "torch_dist":
-        raise InputError(path, f"sharded_backend is {backend!r}; only 'torch_dist' is supported")
+        raise InputError(
+            path, f"sharded_backend is {shown(backend, 200)}; only 'torch_dist' is supported"
+        )
 
 
 # --- tensor plans -------------------------------------------------------------------------

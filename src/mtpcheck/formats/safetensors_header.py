@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import msgspec
 
 from mtpcheck.dtypes import BITS_BY_DTYPE
-from mtpcheck.errors import HeaderError
+from mtpcheck.errors import HeaderError, shown
 from mtpcheck.model import TensorColumns, TensorMeta
 
 MAX_HEADER_BYTES = 100_000_000
@@ -59,7 +59,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate tensor name {key!r}")
+            raise ValueError(f"duplicate tensor name {shown(key, 200)}")
         out[key] = value
     return out
 
@@ -243,21 +243,26 @@ def _entry_columns(
 
 def _tensor_entry(path: str, name: str, entry: object) -> tuple[int, int, str, tuple[int, ...]]:
     if not isinstance(entry, dict):
-        raise HeaderError(path, f"tensor {name!r}: entry is not an object")
+        raise HeaderError(path, f"tensor {shown(name, 200)}: entry is not an object")
     dtype = entry.get("dtype")
     shape = entry.get("shape")
     offsets = entry.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in BITS_BY_DTYPE:
-        raise HeaderError(path, f"tensor {name!r}: unknown dtype {dtype!r}")
+        raise HeaderError(path, f"tensor {shown(name, 200)}: unknown dtype {shown(dtype, 200)}")
     if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-        raise HeaderError(path, f"tensor {name!r}: shape {shape!r} is not a list of sizes")
+        raise HeaderError(
+            path, f"tensor {shown(name, 200)}: shape {shown(shape, 200)} is not a list of sizes"
+        )
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
         or not all(_is_int(o) and o >= 0 for o in offsets)
         or offsets[0] > offsets[1]
     ):
-        raise HeaderError(path, f"tensor {name!r}: data_offsets {offsets!r} are not [begin, end]")
+        raise HeaderError(
+            path,
+            f"tensor {shown(name, 200)}: data_offsets {shown(offsets, 200)} are not [begin, end]",
+        )
     numel = 1
     for d in shape:
         numel *= d
@@ -266,7 +271,7 @@ def _tensor_entry(path: str, name: str, entry: object) -> tuple[int, int, str, t
     if bits % 8 or bits // 8 != end - begin:
         raise HeaderError(
             path,
-            f"tensor {name!r}: {dtype}{shape} needs {bits / 8:g} bytes "
+            f"tensor {shown(name, 200)}: {dtype}{shape} needs {bits / 8:g} bytes "
             f"but data_offsets span {end - begin}",
         )
     return begin, end, dtype, tuple(shape)
@@ -277,9 +282,11 @@ def _check_layout(path: str, spans: list[tuple[int, int, str]]) -> int:
     position = 0
     for begin, end, name in sorted(spans):
         if begin < position:
-            raise HeaderError(path, f"tensor {name!r}: data overlaps the previous tensor")
+            raise HeaderError(path, f"tensor {shown(name, 200)}: data overlaps the previous tensor")
         if begin > position:
-            raise HeaderError(path, f"tensor {name!r}: {begin - position}-byte hole before it")
+            raise HeaderError(
+                path, f"tensor {shown(name, 200)}: {begin - position}-byte hole before it"
+            )
         position = end
     return position
 

@@ -171,7 +171,7 @@ def rebuild_tensor_v3(
     if not isinstance(storage, StorageRef) or storage.dtype is not None:
         raise TorchReadError("tensor without an untyped storage")
     if not isinstance(dtype, TorchDType):
-        raise TorchReadError(f"dtype {dtype!r}")
+        raise TorchReadError(f"dtype {shown(dtype, 200)}")
     width = dtype.itemsize
     if storage.numel % width:
         raise TorchReadError("byte storage not a whole number of elements")
