@@ -421,6 +421,18 @@ CASES = [
         2,
         r"tensor 'w': shape \[-2\] is not a list of sizes",
     ),
+    Case(  # Python's int() refuses more than 4300 digits: a size of 5000 is one line
+        "st-shape-past-4300-digits",
+        _raw(b'{"w": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 8]}}'),
+        2,
+        r"header is not valid JSON \(Exceeds the limit \(4300 digits\)",
+    ),
+    Case(  # a dtype of 5000 characters is quoted short
+        "st-dtype-of-5000-characters",
+        _header({"w": _entry("F" * 5000, [2], [0, 8])}, EIGHT),
+        2,
+        r"tensor 'w': unknown dtype 'F{196}\.\.\.$",
+    ),
     Case(
         "st-shape-disagrees-with-offsets",
         _header({"w": _entry("F32", [3], [0, 8])}, EIGHT),
@@ -839,6 +851,12 @@ CASES = [
         _megatron("legacy", _resave_rank(0, _billion_way_tp)),
         2,
         r"args say TP=1000000000, PP=1, EP=1: 1000000000 rank directories, and 2 are here$",
+    ),
+    Case(  # int() would read a layer number past 4300 digits only to fail
+        "legacy-layer-number-of-5000-digits",
+        _megatron("legacy", _resave_rank(0, _look_alike("1" * 5000), culprit=True)),
+        2,
+        r"spells the number '1{56}\.\.\. as no writer does",
     ),
     Case(
         "legacy-tracker-missing-iteration",

@@ -456,12 +456,13 @@ def test_a_file_that_shrinks_while_read_is_one_error_not_a_crash(tmp_path: Path)
             "3221225472 bytes, more than the 1048576 it may hold",
         ),
         ("release/metadata.json", "3221225472 bytes, more than the 1048576 it may hold"),
+        ("release/.metadata", "3221225472 bytes, more than the 1073741824 it may hold"),
     ],
 )
 def test_a_huge_small_file_is_refused_before_it_is_read(
     converted: Path, rel: str, reason: str, tmp_path: Path, run_cli
 ) -> None:
-    """A 3 GiB sparse tracker or metadata.json was read whole."""
+    """A 3 GiB sparse tracker, metadata.json or .metadata was read whole."""
     root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
     with open(root / rel, "r+b") as f:
         f.truncate(3 << 30)
@@ -607,3 +608,31 @@ def test_a_refusal_costs_what_the_file_holds_not_what_it_claims(bomb: str, tmp_p
     said, peak = done.stdout.strip().rsplit("\n", 1)
     assert done.returncode == 0 and said, done
     assert int(peak) < 256 * 1024, (bomb, peak, said)  # KiB
+
+
+def test_an_index_entry_not_named_by_a_string_is_no_crash(
+    converted: Path, tmp_path: Path, run_cli
+) -> None:
+    """A storage entry whose ``fqn`` is no string (a tuple here; a list was a TypeError, exit
+    3): it names no tensor, and the tensor it was for has no stored chunk."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    root = Path(shutil.copytree(converted, tmp_path / "ckpt"))
+    path = root / "release" / ".metadata"
+    meta = pickle.loads(path.read_bytes())
+    key = "embedding.word_embeddings.weight"
+    index = next(i for i in meta.storage_data if i.fqn == key)
+    meta.storage_data[MetadataIndex((key,), index.offset)] = meta.storage_data.pop(index)
+    path.write_bytes(pickle.dumps(meta))
+    run = run_cli("inspect", root, "--quiet")
+    assert run.exit_code == 2, run
+    assert run.stderr == (f"mtpcheck: error: {path}: no storage entry for chunk (0, 0) of {key}\n")
+
+
+def test_empty_tensors_read_as_empty(tmp_path: Path) -> None:
+    import torch
+
+    path = tmp_path / "empty.pt"
+    torch.save({"a": torch.zeros(0, 5), "b": torch.zeros(10)[10:]}, path)
+    loaded = load_torch_file(path)
+    assert [loaded[k].elements().size for k in ("a", "b")] == [0, 0]

@@ -298,3 +298,24 @@ def test_the_build_stays_small_whatever_the_real_size(name: str, tmp_path: Path)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) < 2 * 1024 * 1024  # KiB
+
+
+def test_a_key_the_mapping_needs_is_named_in_one_line(run_cli, tmp_path: Path) -> None:
+    """Qwen3-Next without its gated delta net's head count: the mapping cannot split the
+    fused projection; the config is named, exit 2 (it was a FAIL of the checkpoint)."""
+    source = tmp_path / "qwen3_next"
+    shutil.copytree(FIXTURES / "qwen3_next", source)
+    config = json.loads((source / "config.json").read_text())
+    del config["linear_num_value_heads"]
+    (source / "config.json").write_text(json.dumps(config))
+    for command in (("roundtrip", source, "--workdir", tmp_path / "w"), ("inspect", source)):
+        run = run_cli(*command, "--quiet")
+        if command[0] == "inspect":  # inspect does not map to Megatron: no need of the key
+            assert run.exit_code == 0, run
+            continue
+        assert (run.exit_code, run.stderr) == (
+            2,
+            f"mtpcheck: error: {source}/config.json: the config lacks the linear_* gated "
+            "delta net sizes, which the HF <-> Megatron mapping of "
+            "model.layers.0.linear_attn.in_proj_qkvz.weight needs\n",
+        )

@@ -18,7 +18,7 @@ from mtpcheck.accept.head import (
     drafter_layouts,
 )
 from mtpcheck.dtypes import COMPUTE_DTYPES, torch_name
-from mtpcheck.errors import InputError, MtpcheckError
+from mtpcheck.errors import InputError, MtpcheckError, raised_by_us
 from mtpcheck.families import ChainHidden, analyse
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.formats.hf_safetensors import FORMAT as HF_FORMAT
@@ -114,6 +114,8 @@ def load_main_model(
                 str(directory), dtype=dtype, local_files_only=True, **placed
             )
     except Exception as e:  # transformers raises many types for a model it cannot build
+        if raised_by_us(e):  # a bug of mtpcheck's own, not the library's refusal
+            raise
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(directory, f"transformers cannot load the main model: {reason}") from e
     return (model if device_map else model.to(device)).eval()

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from mtpcheck.accept.hf_quiet import quiet_transformers
-from mtpcheck.errors import MtpcheckError
+from mtpcheck.errors import MtpcheckError, raised_by_us
 
 
 @dataclass
@@ -109,6 +109,8 @@ def transformers_decode(
                 ids = torch.tensor([prompt], device=device)
                 generated = model.generate(ids, max_new_tokens=new_tokens, use_mtp=True, **sampling)
             except Exception as e:  # transformers raises many types for what it cannot run
+                if raised_by_us(e):  # a bug of mtpcheck's own, not the library's refusal
+                    raise
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise MtpcheckError(
                     f"transformers cannot run MTP decoding on this checkpoint: {first} "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.errors import InputError
+from mtpcheck.errors import InputError, raised_by_us
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -116,6 +116,8 @@ def load_tokenizer(directory: Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
     except Exception as e:  # transformers raises OSError, ValueError, KeyError, ...
+        if raised_by_us(e):  # a bug of mtpcheck's own, not the library's refusal
+            raise
         # transformers' messages run over several lines; keep them whole, on one line
         reason = " ".join(str(e).split()) or type(e).__name__
         if len(reason) > 300:

@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mtpcheck.errors import MtpcheckError
+from mtpcheck.errors import ConfigKeyError, MtpcheckError
 from mtpcheck.families import (
     FAMILIES,
     ConcatOrder,
@@ -117,7 +117,7 @@ def qkv_layout(
     heads = _int(config, "num_attention_heads")
     hidden = _int(config, "hidden_size")
     if heads is None or hidden is None:
-        raise MappingError("config lacks num_attention_heads or hidden_size")
+        raise ConfigKeyError("num_attention_heads and hidden_size", "the HF <-> Megatron mapping")
     groups = _int(config, "num_key_value_heads") or heads
     head_dim = _int(config, "head_dim") or hidden // heads
     per_head = layout is MegatronLayout.MCORE_BRIDGE
@@ -197,7 +197,7 @@ def _fused_experts(
         if hf not in names:
             continue
         if not experts:
-            raise MappingError(f"{hf}: config lacks num_experts to split the fused experts by")
+            raise ConfigKeyError("num_experts", f"the HF <-> Megatron mapping (to split {hf})")
         out += [
             TensorMapping(
                 meg_prefix + megatron.replace("{e}", str(e)), (hf,), Kind.FUSED_EXPERT, expert=e
@@ -267,7 +267,9 @@ def _layer(
             elif meg not in names:
                 continue
             if rule.kind in gdn_kinds and gdn is None:
-                raise MappingError(f"{hf[0]}: config lacks the linear_* gated delta net sizes")
+                raise ConfigKeyError(
+                    "the linear_* gated delta net sizes", f"the HF <-> Megatron mapping of {hf[0]}"
+                )
             out.append(
                 TensorMapping(
                     meg,
@@ -292,7 +294,7 @@ def build_plan(
     assert family.megatron is not None and family.layout.head_parts is not None
     base = hidden_layer_count(family, hf_config)
     if base is None:
-        raise MappingError("config lacks num_hidden_layers")
+        raise ConfigKeyError("num_hidden_layers", "the HF <-> Megatron mapping")
     qkv = qkv_layout(family, hf_config, layout)
     gdn = gdn_layout(hf_config)
     experts = _int(hf_config, "num_experts", "n_routed_experts")

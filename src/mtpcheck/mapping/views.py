@@ -16,7 +16,7 @@ import numpy as np
 
 from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import itemsize
-from mtpcheck.errors import InputError
+from mtpcheck.errors import ConfigKeyError, InputError
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import transforms as tf
 from mtpcheck.mapping.plan import MappingError, Plan, TensorMapping, build_plan
@@ -221,8 +221,13 @@ def _readable(metas: list[TensorMeta]) -> bool:
 def as_megatron(
     hf: Checkpoint, layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
 ) -> MappedCheckpoint:
-    """Show an HF checkpoint under canonical Megatron names, as ``layout`` lays it out."""
-    plan = build_plan(hf.config, hf.tensors, "hf", layout)
+    """Show an HF checkpoint under canonical Megatron names, as ``layout`` lays it out (a
+    config key the mapping needs and does not find is a :class:`ConfigKeyError` naming the
+    checkpoint's config file)."""
+    try:
+        plan = build_plan(hf.config, hf.tensors, "hf", layout)
+    except ConfigKeyError as e:
+        raise e.at(hf.config_path or f"{hf.path}/config.json") from e
     tensors: dict[str, TensorMeta] = {}
     sources: dict[str, str] = {}
     for m in plan.mappings:

@@ -80,12 +80,14 @@ def mcore_model_check(hf: Checkpoint) -> CheckResult:
         key = builtin.require_writable(hf)
     except InputError as e:
         return _skip(f"not judged: {e.reason}")
+    where = f"{hf.path}/config.json"
     try:
         view = as_megatron(hf)
     except MtpcheckError as e:
+        if isinstance(e, ConfigKeyError):  # the config, not the tensors: input (exit 2)
+            raise
         finding = Finding("main model", Status.FAIL, f"cannot be mapped to Megatron names: {e}")
         return CheckResult(NAME, TITLE, (finding,))
-    where = f"{hf.path}/config.json"
     return _judge(view.tensors, view.sources, view.plan.unmapped, key, hf.config, where)
 
 
