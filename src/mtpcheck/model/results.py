@@ -174,12 +174,14 @@ class Report:
     strict: bool = False
     """``--strict``: a check that warns fails the run too."""
 
+    def fails(self, check: CheckResult) -> bool:
+        """Whether ``check`` fails the run: it failed, or with :attr:`strict` it warned."""
+        return check.status is Status.FAIL or (self.strict and check.status is Status.WARN)
+
     @property
     def failing(self) -> tuple[str, ...]:
-        """The checks that fail the run, in report order: those that failed, and with
-        :attr:`strict` those that warned."""
-        worst = (Status.FAIL, Status.WARN) if self.strict else (Status.FAIL,)
-        return tuple(c.name for c in self.checks if c.status in worst)
+        """The names of the checks that fail the run (:meth:`fails`), in report order."""
+        return tuple(c.name for c in self.checks if self.fails(c))
 
     @property
     def ok(self) -> bool:

@@ -6,6 +6,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from mtpcheck.errors import one_line
 from mtpcheck.model import CheckResult, Finding, Report, Status
 from mtpcheck.report.blocks import Block, Cell, CellLike, Column, Grid, Line
 from mtpcheck.report.formatting import md_cell, md_table
@@ -95,7 +96,7 @@ def _table(report: Report) -> tuple[Block, ...]:
     verdict = (
         Cell("PASS", "bold green")
         if report.ok
-        else Cell(f"FAIL ({', '.join(report.failing)}){strict}", "bold red")
+        else Cell(f"FAIL ({one_line(', '.join(report.failing))}){strict}", "bold red")
     )
     return (Grid(None, columns, rows), Line((Cell("verdict: "), verdict)))
 
@@ -133,7 +134,7 @@ def _testcase(report: Report, check: CheckResult) -> ET.Element:
     case = ET.Element("testcase", classname=f"mtpcheck.{report.command}", name=name)
     findings = findings_of(check)
     lines = xml_text("\n".join(f"[{f.status.value}] {f.subject}: {f.message}" for f in findings))
-    if check.name in report.failing:
+    if report.fails(check):  # failed, or warned under --strict
         first = next(f for f in findings if f.status is check.status)
         message = xml_text(f"{first.subject}: {first.message}")
         ET.SubElement(case, "failure", message=message).text = lines
