@@ -82,7 +82,16 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def replaying(script: Script) -> Iterator[str]:
     """Serve ``script`` on 127.0.0.1; yields the base URL; always shuts the server down."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    with serving(_handler(script)) as url:
+        yield url
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on 127.0.0.1 in a daemon thread; yields the base URL; always shuts
+    the server down."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

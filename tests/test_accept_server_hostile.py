@@ -10,11 +10,10 @@ server listens on 127.0.0.1 and is stopped by its ``with`` block.
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 
 from mtpcheck.accept import server_http
 from tests.recorded_server import Script, replaying
+from tests.recorded_server import serving as serving_handler
 from tests.test_accept_server_replay import VLLM, _accept, _error, _vllm_script, one_prompt
 
 __all__ = ["one_prompt"]  # the workload fixture, shared with the replay tests
@@ -171,16 +171,8 @@ def serving(
                 self.end_headers()
                 self.wfile.write(body)
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=10)
+        with serving_handler(Handler) as url:
+            yield url
 
 
 def _redirect(handler: BaseHTTPRequestHandler) -> None:
