@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mtpcheck.convert.tiny_config import LANGUAGE_CONFIGS, TinyConfig, scale_down
+from mtpcheck.convert.tiny_config import TinyConfig, scale_down
+from mtpcheck.convert.tiny_config import language as language_of
 from mtpcheck.errors import ConfigError, InputError
 from mtpcheck.families import MtpFamily, declared_count, detect_family, fill_template
 from mtpcheck.families.layout import flat_patterns, hidden_layer_count
@@ -114,13 +115,6 @@ def _storage_dtype(config: Mapping[str, Any]) -> str:
     return str(found[1]) if found and found[1] else "bfloat16"
 
 
-def _language(built: Mapping[str, Any]) -> Mapping[str, Any]:
-    for key in LANGUAGE_CONFIGS:
-        if isinstance(built.get(key), Mapping):
-            return built[key]  # type: ignore[no-any-return]
-    return built
-
-
 def _reference_layer(
     tensors: Mapping[str, Any], prefix: str, layers: int, kinds: list[Any], wanted: Any
 ) -> str:
@@ -142,7 +136,7 @@ def _mtp_tensors(
     import torch
 
     gen = torch.Generator().manual_seed(seed + 1)
-    language = _language(built)
+    language = language_of(built)
     hidden, vocab = int(language["hidden_size"]), int(language["vocab_size"])
     layers = hidden_layer_count(family, built)
     if layers is None:

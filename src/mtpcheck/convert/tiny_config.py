@@ -311,7 +311,9 @@ def _positive(value: Any) -> TypeGuard[int]:
     return is_int(value) and value > 0
 
 
-def _language(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def language(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's level of a config: its nested ``text_config`` (or kin), else the
+    config itself."""
     for key in LANGUAGE_CONFIGS:
         if isinstance(config.get(key), Mapping):
             return config[key]  # type: ignore[no-any-return]
@@ -319,12 +321,12 @@ def _language(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _text_hidden(config: Mapping[str, Any]) -> int:
-    hidden = _language(config).get("hidden_size", config.get("hidden_size"))
+    hidden = language(config).get("hidden_size", config.get("hidden_size"))
     return int(hidden) if _positive(hidden) else TINY_DIMS["hidden_size"]
 
 
 def _vocab(config: Mapping[str, Any]) -> int:
-    vocab = _language(config).get("vocab_size", config.get("vocab_size"))
+    vocab = language(config).get("vocab_size", config.get("vocab_size"))
     return int(vocab) if _positive(vocab) else TINY_DIMS["vocab_size"]
 
 
