@@ -4,7 +4,8 @@ Accepted inputs: a save root with ``latest_checkpointed_iteration.txt``, an iter
 (``iter_XXXXXXX/`` or ``release/``) holding ``mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt``, or a
 rank directory or rank file inside one (the whole iteration is read). Each rank file is a
 ``torch.save`` of ``{'args', 'model' (or 'model0', 'model1', ... with virtual pipelining), ...}``;
-it is loaded with the safe loader, memory-mapped, so only the tensors read are paged in.
+it is loaded with the safe loader, and a tensor's bytes are read from it by position only when
+the tensor is read.
 
 The directory name's second field is the pipeline stage when ``args`` declare
 ``pipeline_model_parallel_size > 1`` and the expert rank otherwise (``mp_rank_TT_EEE``).
@@ -84,7 +85,7 @@ class MegatronLegacyCheckpoint(CheckpointData):
 
     entries: Mapping[str, _Entry] = field(repr=False)
     file_sizes: Mapping[str, int] = field(repr=False, default_factory=dict)
-    """Size of each rank file when it was memory-mapped."""
+    """Size of each rank file when it was opened (a changed one is being written)."""
     cross_checked: str = "the rank files' shards"
     format: str = FORMAT
     naming: Naming = Naming.MEGATRON

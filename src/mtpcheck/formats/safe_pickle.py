@@ -8,10 +8,10 @@ loader here resolves only an allowlist of globals:
 * ``.pt`` files are zip archives (:mod:`mtpcheck.formats.torch_save_file`) whose ``data.pkl``
   is read by a restricted :class:`pickle.Unpickler`: torch's tensor, storage and dtype globals
   resolve to inert stand-ins (:mod:`mtpcheck.formats.torch_pickle`), so a tensor is a
-  :class:`~mtpcheck.formats.torch_pickle.StoredTensor` whose bytes stay memory-mapped in the
-  file; besides them only plain containers and the few standard-library types megatron-core
-  allowlists for its own loads (``argparse`` and ``types`` namespaces, ``pathlib`` paths,
-  ``io.BytesIO``, ``signal.Signals``) resolve.
+  :class:`~mtpcheck.formats.torch_pickle.StoredTensor` whose bytes stay in the file, read by
+  position when used; besides them only plain containers and the few standard-library types
+  megatron-core allowlists for its own loads (``argparse`` and ``types`` namespaces, ``pathlib``
+  paths as text, ``io.BytesIO``, ``signal.Signals`` as its number) resolve.
 * ``.metadata`` uses a restricted :class:`pickle.Unpickler` that knows the DCP metadata classes
   (as inert stand-ins that store their fields), ``torch.Size``, dtypes, ``pathlib`` paths and
   plain containers.
@@ -225,7 +225,7 @@ def load_torch_file(
     window: tuple[int, int] | None = None,
 ) -> Any:
     """Load a ``torch.save`` file without torch: tensors become :class:`StoredTensor` records
-    whose bytes stay in the file (memory-mapped) until used.
+    whose bytes stay in the file, read by position when used.
 
     ``window`` is the archive's ``(start, length)`` in ``path`` (a DCP chunk); ``blob`` an
     archive held in memory, named ``path`` in errors (megatron-core >= 0.19 keeps its common

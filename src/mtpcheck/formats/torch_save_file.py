@@ -4,9 +4,10 @@ A ``torch.save`` file (and each tensor chunk or common-state blob of a
 torch.distributed.checkpoint ``.distcp`` file, which is one such archive at a byte range) is a
 zip: ``<prefix>/data.pkl`` is the pickle, ``<prefix>/data/<key>`` holds each storage's elements
 as raw little-endian bytes, ``<prefix>/byteorder`` says which. torch writes the records
-uncompressed, so a storage's bytes lie at a fixed offset of the file: :class:`Archive` maps
-them there (``numpy.memmap``, nothing read until a tensor's elements are used) and falls back
-to decompressing a record only where a writer compressed it.
+uncompressed, so a storage's bytes lie at a fixed offset of the file: :class:`Archive` reads
+them there by position when a tensor's elements are used (not mapped: a file that shrinks
+while read is an error, not SIGBUS), and inflates a record only where a writer compressed it,
+up to :data:`MAX_RATIO` times its stored size.
 
 What the pickle may name is :mod:`mtpcheck.formats.safe_pickle`'s business; this module knows
 the container only.
