@@ -43,24 +43,31 @@ def inspect(
     path: str | Path,
     *,
     draft: str | Path | None = None,
+    target: str | Path | None = None,
     fetch: bool = False,
     trust_pickle: bool = False,
     log: Log = _silent,
 ) -> Report:
     """Audit one checkpoint (``mtpcheck inspect``): MTP family, declared count, layers
-    present, shared copies.
+    present, shared copies; or a drafter that ships beside its target, against its own config
+    and, with ``target``, against that target (its kind, taps, vocabulary maps, widths,
+    embedding and head, an extracted MTP layer bit for bit).
 
     ``path`` is a local checkpoint or a Hub repository (``hf://ORG/NAME[@REVISION]``, read by
     its headers; ``fetch`` reads tensor bytes by HTTP range). ``draft``: the MTP draft GGUF
-    split off a GGUF target, audited with it as one model. ``trust_pickle`` unpickles Megatron
-    files without the allowlist (only for files you vouch for). Raises
-    :class:`~mtpcheck.errors.PathError` for an input that cannot be read.
+    split off a GGUF target, audited with it as one model. ``target``: the model a drafter is
+    served with (local or Hub); :class:`~mtpcheck.errors.InputError` when ``path`` is not a
+    drafter. ``trust_pickle`` unpickles Megatron files without the allowlist (only for files
+    you vouch for). Raises :class:`~mtpcheck.errors.PathError` for an input that cannot be
+    read.
     """
     from mtpcheck.checks.inspect_checks import inspect_report
     from mtpcheck.formats import open_input
 
     side = None if draft is None else str(draft)
-    return inspect_report(open_input(str(path), trust_pickle, fetch, log, draft=side))
+    ckpt = open_input(str(path), trust_pickle, fetch, log, draft=side)
+    paired = None if target is None else open_input(str(target), trust_pickle, fetch, log)
+    return inspect_report(ckpt, paired)
 
 
 def diff(
@@ -83,19 +90,18 @@ def diff(
     Raises :class:`~mtpcheck.errors.PathError` for an input that cannot be read.
     """
     from mtpcheck.checks.diff_checks import diff_report
-    from mtpcheck.checks.header_match import compare_by_headers, needs_headers_only, proven_first
+    from mtpcheck.checks.drafter_report import extraction_diff
+    from mtpcheck.checks.header_match import comparer_for
     from mtpcheck.checks.tensor_match import compare_many
     from mtpcheck.formats import open_input
-    from mtpcheck.model import HeadersOnly
     from mtpcheck.pipeline.progress import with_progress
 
     left = open_input(str(a), trust_pickle, fetch, log)
     right = open_input(str(b), trust_pickle, fetch, log)
-    compare = with_progress(compare_many, "comparing", log)
-    if needs_headers_only(left, right):
-        compare = compare_by_headers
-    elif isinstance(left, HeadersOnly) or isinstance(right, HeadersOnly):
-        compare = proven_first(compare)  # fetched bytes: hashes first, bytes for the rest
+    compare = comparer_for(left, right, with_progress(compare_many, "comparing", log))
+    extracted = extraction_diff(left, right, compare)
+    if extracted is not None:
+        return extracted
     return diff_report(
         left,
         right,

@@ -60,3 +60,13 @@ def proven_first(compare: Compare) -> Compare:
         return results
 
     return run
+
+
+def comparer_for(a: Checkpoint, b: Checkpoint, compare: Compare) -> Compare:
+    """How to compare tensors of ``a`` and ``b``: by headers where a side's bytes are not at
+    hand, hashes first where a side is fetched over the network, ``compare`` otherwise."""
+    if needs_headers_only(a, b):
+        return compare_by_headers
+    if isinstance(a, HeadersOnly) or isinstance(b, HeadersOnly):
+        return proven_first(compare)
+    return compare

@@ -5,16 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from mtpcheck.checks.drafter_checks import unknown_kind_check
+from mtpcheck.checks.drafter_report import drafter_report
+from mtpcheck.checks.dspark_inside import dspark_count_check, without_mtp_layers
 from mtpcheck.checks.findings import describe, integrity_check, status_of
-from mtpcheck.checks.header_match import compare_by_headers
+from mtpcheck.checks.header_match import compare_by_headers, comparer_for
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.checks.quant_checks import quantization_check
 from mtpcheck.checks.quant_pairs import quantized_copy
 from mtpcheck.checks.serving_checks import serving_check
 from mtpcheck.checks.shape_checks import shapes_check
-from mtpcheck.checks.tensor_match import compare
+from mtpcheck.checks.tensor_match import compare, compare_many
 from mtpcheck.checks.trained_checks import trained_check
+from mtpcheck.errors import InputError
 from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
+from mtpcheck.families.drafters import dspark_inside, recognise, unknown_drafter
 from mtpcheck.model import (
     Checkpoint,
     CheckResult,
@@ -275,11 +280,42 @@ def _with_writer_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysi
     return replace(check, findings=(*check.findings, note))
 
 
-def inspect_report(ckpt: Checkpoint) -> Report:
-    """Build the inspect report of one checkpoint."""
+def inspect_report(ckpt: Checkpoint, target: Checkpoint | None = None) -> Report:
+    """Build the inspect report of one checkpoint; of a drafter that ships beside its target,
+    against ``target`` where given (:class:`~mtpcheck.errors.InputError` when ``ckpt`` is no
+    drafter)."""
+    kind = recognise(ckpt.config, ckpt.tensors)
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    compare = comparer_for(ckpt, target or ckpt, compare_many)
+    if kind is not None and (analysis.family is None or kind.mtp_extract):
+        # an extracted MTP layer keeps its target's model_type; the model checks do not apply
+        return drafter_report(ckpt, kind, compare, target)
+    seen = unknown_drafter(ckpt.config) if kind is None and analysis.family is None else None
+    if seen is not None:
+        alone = (integrity_check([("", ckpt)]), unknown_kind_check(seen))
+        return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=alone)
+    if target is not None and kind is None:
+        raise InputError(
+            ckpt.path,
+            "--target: this is not a drafter that ships beside its target (model_type "
+            f"{analysis.model_type!r}); it is audited alone",
+        )
+    dspark = dspark_inside(ckpt.config) if analysis.family is not None else ()
+    if dspark:
+        analysis = without_mtp_layers(analysis)
+    checks = _model_checks(ckpt, analysis)
+    if dspark:
+        count = dspark_count_check(analysis, dspark, dict(ckpt.tensors))
+        checks = tuple(count if c.name == "mtp-count" else c for c in checks)
+    if kind is not None:
+        return drafter_report(ckpt, kind, compare, target, family_checks=checks[1:])
+    return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)
+
+
+def _model_checks(ckpt: Checkpoint, analysis: MtpAnalysis) -> tuple[CheckResult, ...]:
+    """The checks of a model checkpoint and its MTP layers."""
     quantization = quantization_check(analysis, ckpt.tensors, declared_scheme(ckpt))
-    checks = (
+    return (
         integrity_check([("", ckpt)]),
         family_check(analysis),
         main_model_check(ckpt, analysis),
@@ -291,4 +327,3 @@ def inspect_report(ckpt: Checkpoint) -> Report:
         serving_check(ckpt.config, analysis, ckpt.tensors),
         *((quantization,) if quantization is not None else ()),
     )
-    return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)

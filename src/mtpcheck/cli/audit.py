@@ -35,17 +35,31 @@ FETCH = click.option(
     help="For a GGUF target written without its nextn layer (llama.cpp's --no-mtp): the MTP "
     "draft file split off from it (--mtp, mtp-NAME.gguf); the two are audited as one model.",
 )
+@click.option(
+    "--target",
+    metavar="TARGET",
+    help="For a drafter that ships beside its model (EAGLE-3, DFlash, an exported MTP layer): "
+    "the model it is served with, local or hf://; the pair is checked together.",
+)
 @output_options
-def inspect(path: str, fetch: bool, draft: str | None, opts: OutputOptions) -> None:
+def inspect(
+    path: str, fetch: bool, draft: str | None, target: str | None, opts: OutputOptions
+) -> None:
     """Audit one checkpoint: MTP family, declared count, layers present, shared copies.
 
     PATH is a local checkpoint, or a Hugging Face Hub repository (hf://ORG/NAME[@REVISION])
-    audited by its headers without downloading weights.
+    audited by its headers without downloading weights. A drafter that ships beside its
+    model is audited against its own config, and against the model with --target.
     """
 
     def build() -> Report:
         return api.inspect(
-            path, draft=draft, fetch=fetch, trust_pickle=opts.trust_pickle, log=opts.log
+            path,
+            draft=draft,
+            target=target,
+            fetch=fetch,
+            trust_pickle=opts.trust_pickle,
+            log=opts.log,
         )
 
     report_and_exit("inspect", build, opts)

@@ -1,0 +1,139 @@
+"""The audit of a drafter that ships beside its target (``inspect DRAFTER [--target TARGET]``)
+and the comparison of an MTP layer taken out of a target with the target's own (``diff
+TARGET DRAFTER``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from mtpcheck.checks.drafter_checks import kind_check, taps_check, tensors_check
+from mtpcheck.checks.drafter_mtp import mtp_extract_check
+from mtpcheck.checks.drafter_pairing import (
+    embedding_check,
+    positions_check,
+    shape_check,
+    target_of,
+    verifier_check,
+)
+from mtpcheck.checks.drafter_serving import serving_settings
+from mtpcheck.checks.drafter_vocab import vocab_check
+from mtpcheck.checks.findings import integrity_check
+from mtpcheck.families import MtpAnalysis, analyse, summarise
+from mtpcheck.families.drafter_kinds import FROZEN_EMBEDDING, DrafterKind, Shared
+from mtpcheck.families.drafters import read_config, recognise
+from mtpcheck.model import (
+    Checkpoint,
+    CheckpointSummary,
+    CheckResult,
+    Finding,
+    Report,
+    Status,
+    TensorComparison,
+)
+from mtpcheck.model.config_keys import lookup
+
+Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
+
+
+def drafter_summary(ckpt: Checkpoint, kind: DrafterKind) -> CheckpointSummary:
+    """What a report says of a drafter input: its kind where a family would be."""
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    return replace(summarise(ckpt, analysis), family_display=f"drafter: {kind.display}")
+
+
+def _frozen(kind: DrafterKind, ckpt: Checkpoint) -> bool:
+    """Whether the drafter's config says its embedding is the target's, kept frozen."""
+    return any(lookup(ckpt.config, key) is value for key, value in FROZEN_EMBEDDING)
+
+
+def _needs_target(kind: DrafterKind) -> CheckResult:
+    what = (
+        "the MTP layer against the target's, bit for bit"
+        if kind.mtp_extract
+        else "vocabulary, widths, taps, embedding and head against the target"
+    )
+    return CheckResult(
+        "pairing",
+        "Drafter and target",
+        (Finding("target", Status.SKIP, f"not checked without --target TARGET: {what}"),),
+    )
+
+
+def _pairing(
+    drafter: Checkpoint, kind: DrafterKind, target: Checkpoint, compare: Compare
+) -> tuple[list[CheckResult], tuple[TensorComparison, ...], MtpAnalysis]:
+    analysis = analyse(target.config, target.tensors, target.config_path)
+    if kind.mtp_extract:
+        check, comparisons = mtp_extract_check(drafter, kind, target, analysis, compare)
+        return [check], comparisons, analysis
+    cfg = read_config(kind, drafter.config)
+    facts = target_of(target, analysis)
+    checks = [shape_check(kind, cfg, facts)]
+    holds = {"embed_tokens.weight", "lm_head.weight"} & set(drafter.tensors)
+    if kind.shared is Shared.OWN_OR_TARGET or (kind.shared is Shared.TARGET and holds):
+        checks.append(embedding_check(drafter, kind, cfg, facts, compare, _frozen(kind, drafter)))
+    checks += [c for c in (verifier_check(cfg, facts), positions_check(cfg, facts)) if c]
+    return checks, (), analysis
+
+
+def drafter_report(
+    drafter: Checkpoint,
+    kind: DrafterKind,
+    compare: Compare,
+    target: Checkpoint | None = None,
+    family_checks: Sequence[CheckResult] = (),
+) -> Report:
+    """The inspect report of ``drafter``, against ``target`` where given. ``family_checks``:
+    the MTP family's own checks, for a drafter that is also a family (Gemma-4 assistant)."""
+    cfg = read_config(kind, drafter.config)
+    pairs = [("", drafter)] if target is None else [("drafter", drafter), ("target", target)]
+    checks = [integrity_check(pairs), *family_checks, kind_check(kind, cfg)]
+    checks.append(tensors_check(kind, cfg, drafter.tensors, drafter.config))
+    comparisons: tuple[TensorComparison, ...] = ()
+    inputs = [drafter_summary(drafter, kind)]
+    if target is None:
+        checks += [c for c in (taps_check(kind, cfg), vocab_check(drafter, kind, cfg)) if c]
+        checks.append(_needs_target(kind))
+    else:
+        paired, comparisons, analysis = _pairing(drafter, kind, target, compare)
+        layers = target_of(target, analysis).layers
+        checks += [c for c in (taps_check(kind, cfg, layers), vocab_check(drafter, kind, cfg)) if c]
+        checks += paired
+        inputs.append(summarise(target, analysis))
+    checks.append(serving_settings(kind, drafter.config, drafter.path))
+    return Report("inspect", tuple(inputs), tuple(checks), tensors=comparisons)
+
+
+def extraction_diff(a: Checkpoint, b: Checkpoint, compare: Compare) -> Report | None:
+    """``diff`` of a target with an MTP layer taken out of it (either order): the drafter's
+    tensors against the target's MTP layer, with an extraction's scope; None when neither
+    side is such a drafter."""
+    kind_a, kind_b = (recognise(c.config, c.tensors) for c in (a, b))
+    if kind_b is not None and kind_b.mtp_extract and not (kind_a and kind_a.mtp_extract):
+        target, drafter, kind = a, b, kind_b
+    elif kind_a is not None and kind_a.mtp_extract and not (kind_b and kind_b.mtp_extract):
+        target, drafter, kind = b, a, kind_a
+    else:
+        return None
+    analysis = analyse(target.config, target.tensors, target.config_path)
+    check, comparisons = mtp_extract_check(drafter, kind, target, analysis, compare)
+    inputs = (
+        summarise(a, analysis) if a is target else drafter_summary(a, kind),
+        summarise(b, analysis) if b is target else drafter_summary(b, kind),
+    )
+    scope = CheckResult(
+        "scope",
+        "What is compared",
+        (
+            Finding(
+                "extraction",
+                Status.INFO,
+                f"{drafter.path} is {kind.display}: its tensors are compared with the "
+                f"target's MTP layer; the main model's absence and the layer count are its "
+                "scope, not findings",
+            ),
+        ),
+    )
+    checks = (integrity_check([("A", a), ("B", b)]), scope, check)
+    return Report("diff", inputs, checks, tensors=comparisons)

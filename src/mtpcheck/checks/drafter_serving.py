@@ -1,0 +1,65 @@
+"""How to serve a drafter with its target, engine by engine, from its kind's record: the
+settings a user copies into vLLM, SGLang and llama.cpp (INFO findings, with the setting alone
+in each finding's details for the JSON report)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mtpcheck.families.drafter_kinds import DrafterKind
+from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model.config_keys import MISSING, is_int, lookup
+
+
+def _draft_tokens(config: Mapping[str, Any]) -> int | None:
+    """The draft length speculators recorded (``proposal_methods[0].speculative_tokens``)."""
+    methods = lookup(config, "speculators_config.proposal_methods")
+    if methods is MISSING or not isinstance(methods, list) or not methods:
+        return None
+    first = methods[0]
+    tokens = first.get("speculative_tokens") if isinstance(first, Mapping) else None
+    return tokens if is_int(tokens) else None
+
+
+def _setting(engine: str, setting: str, note: str = "") -> Finding:
+    message = setting + (f" ({note})" if note else "")
+    return Finding(engine, Status.INFO, message, {"engine": engine, "setting": setting})
+
+
+def serving_settings(kind: DrafterKind, config: Mapping[str, Any], drafter: str) -> CheckResult:
+    """The settings each engine is given to draft with ``drafter``."""
+    e = kind.engines
+    findings = []
+    if e.vllm:
+        spec: dict[str, Any] = {"method": e.vllm, "model": drafter}
+        tokens = _draft_tokens(config)
+        if tokens is not None:
+            spec["num_speculative_tokens"] = tokens
+        note = (
+            e.vllm_note
+            if tokens is not None
+            else "; ".join(x for x in (e.vllm_note, "add num_speculative_tokens") if x)
+        )
+        findings.append(_setting("vLLM", f"--speculative-config '{json.dumps(spec)}'", note))
+    if e.sglang:
+        findings.append(
+            _setting(
+                "SGLang",
+                f"--speculative-algorithm {e.sglang} --speculative-draft-model-path {drafter}",
+            )
+        )
+    if e.llama_cpp:
+        findings.append(
+            _setting(
+                "llama.cpp",
+                f"-md DRAFTER.gguf --spec-type {e.llama_cpp}",
+                "the drafter converted to GGUF by llama.cpp's converter",
+            )
+        )
+    if e.other:
+        findings.append(Finding("note", Status.INFO, e.other))
+    if not findings:
+        findings.append(Finding("engines", Status.SKIP, "no engine setting is known for it"))
+    return CheckResult("drafter-serving", "How to serve the pair", tuple(findings))

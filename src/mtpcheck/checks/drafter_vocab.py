@@ -1,0 +1,121 @@
+"""A drafter's reduced vocabulary and its two maps (EAGLE-3, P-EAGLE): ``d2t[i]`` is added to
+draft id ``i`` to give the target id, ``t2d`` marks the target ids the drafter can propose.
+
+speculators refuses maps of the wrong length or count; vLLM loads a drafter without ``d2t``
+and leaves its table zero, so draft id ``i`` becomes target id ``i`` and acceptance collapses
+with nothing in the logs. The maps are small (one id per draft token, one flag per target
+token): their bytes are read whole.
+"""
+
+from __future__ import annotations
+
+from mtpcheck.dtypes import DTYPES, Kind
+from mtpcheck.families.drafter_kinds import DrafterKind
+from mtpcheck.families.drafters import DrafterConfig
+from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status, read_whole
+
+_TITLE = "Draft vocabulary maps (d2t, t2d)"
+
+
+def _result(*findings: Finding) -> CheckResult:
+    return CheckResult("drafter-vocab", _TITLE, findings)
+
+
+def _absent(draft: int | None, vocab: int | None) -> CheckResult:
+    if draft is not None and vocab is not None and draft < vocab:
+        return _result(
+            Finding(
+                "d2t",
+                Status.FAIL,
+                f"draft vocabulary {draft} < target vocabulary {vocab} but no d2t / t2d: vLLM "
+                "then maps draft id i to target id i, and acceptance collapses",
+            )
+        )
+    said = "the target's" if draft is None else f"{draft}, the target's whole vocabulary"
+    return _result(Finding("d2t", Status.PASS, f"no maps, none needed: draft vocabulary {said}"))
+
+
+def _shape_findings(cp: Checkpoint, draft: int | None, vocab: int | None) -> list[Finding]:
+    found = []
+    for name, want, what in (("d2t", draft, "draft"), ("t2d", vocab, "target")):
+        meta = cp.tensors[name]
+        kind = DTYPES[meta.dtype].kind if meta.dtype in DTYPES else None
+        if len(meta.shape) != 1 or (want is not None and meta.shape[0] != want):
+            found.append(
+                Finding(
+                    name, Status.FAIL, f"shape {list(meta.shape)}, not [{want}] ({what} vocabulary)"
+                )
+            )
+        elif kind not in (Kind.INT, Kind.UINT, Kind.BOOL):
+            found.append(Finding(name, Status.FAIL, f"dtype {meta.dtype}, not an integer type"))
+    return found
+
+
+def _values(cp: Checkpoint, name: str) -> list[int]:
+    import numpy as np
+
+    meta = cp.tensors[name]
+    dtype = DTYPES[meta.dtype].numpy or "uint8"
+    return [int(v) for v in np.frombuffer(bytes(read_whole(cp, name)), dtype=dtype)]
+
+
+def _map_findings(cp: Checkpoint, draft: int | None, vocab: int | None) -> list[Finding]:
+    offsets, marks = _values(cp, "d2t"), _values(cp, "t2d")
+    targets = [i + d for i, d in enumerate(offsets)]
+    found = []
+    rising = all(b > a for a, b in zip(targets, targets[1:], strict=False))
+    limit = vocab if vocab is not None else len(marks)
+    if not rising:
+        found.append(Finding("d2t", Status.FAIL, "target ids i + d2t[i] not strictly increasing"))
+    if targets and (min(targets) < 0 or max(targets) >= limit):
+        found.append(Finding("d2t", Status.FAIL, f"target ids i + d2t[i] outside 0..{limit - 1}"))
+    if draft is not None and vocab is not None and draft < vocab and not any(offsets):
+        found.append(
+            Finding(
+                "d2t",
+                Status.FAIL,
+                "all zero while the draft vocabulary is smaller: draft id i is mapped to "
+                "target id i (a table never filled)",
+            )
+        )
+    count = sum(1 for m in marks if m)
+    if count != len(offsets):
+        found.append(
+            Finding("t2d", Status.FAIL, f"marks {count} target ids, not {len(offsets)} (d2t)")
+        )
+    elif rising and targets and 0 <= min(targets) and max(targets) < len(marks):
+        unmarked = [t for t in targets if not marks[t]]
+        if unmarked:
+            found.append(
+                Finding("t2d", Status.FAIL, f"does not mark {len(unmarked)} of d2t's target ids")
+            )
+    if not found:
+        found.append(
+            Finding(
+                "d2t",
+                Status.PASS,
+                f"{len(offsets)} draft ids map to strictly increasing target ids below "
+                f"{limit}; t2d marks exactly those",
+            )
+        )
+    return found
+
+
+def vocab_check(cp: Checkpoint, kind: DrafterKind, cfg: DrafterConfig) -> CheckResult | None:
+    """The maps: both or neither, lengths, and the ids they give; None for a kind without."""
+    if not kind.vocab_maps:
+        return None
+    held = [n for n in ("d2t", "t2d") if n in cp.tensors]
+    if not held:
+        return _absent(cfg.draft_vocab, cfg.vocab)
+    if len(held) == 1:
+        lost = "t2d" if held == ["d2t"] else "d2t"
+        return _result(
+            Finding(lost, Status.FAIL, f"absent while {held[0]} is stored: both or neither")
+        )
+    bad = _shape_findings(cp, cfg.draft_vocab, cfg.vocab)
+    if bad:
+        return _result(*bad)
+    if isinstance(cp, HeadersOnly) and cp.why_no_bytes:
+        return _result(Finding("d2t", Status.SKIP, f"values not read: {cp.why_no_bytes}"))
+    return _result(*_map_findings(cp, cfg.draft_vocab, cfg.vocab))
