@@ -1,0 +1,270 @@
+"""Drafters written by speculators 0.9.0 itself (``tests/thirdparty/speculators``, NOTES.md
+there) audited alone and against the tiny Llama target they were built for: the intact ones
+pass, each defect of the kinds that headers and small reads show fails with its cause."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, flip_bit, tensor_offset
+
+DATA = Path(__file__).resolve().parent / "data" / "speculators"
+TARGET = DATA / "llama-target"
+
+
+def _report(run_cli, *args: str | Path) -> tuple[int, dict[str, Any]]:
+    run = run_cli(*args, "--format", "json")
+    return run.exit_code, json.loads(run.stdout)
+
+
+def _findings(report: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
+    found = next(c for c in report["checks"] if c["name"] == check)
+    return [(f["status"], f["subject"], f["message"]) for f in found["findings"]]
+
+
+def _failing(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [
+        (c["name"], f["subject"], f["message"])
+        for c in report["checks"]
+        for f in c["findings"]
+        if f["status"] == "fail"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [
+        ("eagle3", "eagle3-speculators"),
+        ("eagle3-4aux", "eagle3-speculators"),
+        ("eagle3-shared-embed", "eagle3-speculators"),
+        ("peagle", "peagle"),
+        ("dflash", "dflash-speculators"),
+    ],
+)
+def test_intact_drafters_pass_with_their_target(run_cli, case: str, kind: str) -> None:
+    code, report = _report(run_cli, "inspect", DATA / case, "--target", TARGET)
+    assert (code, _failing(report)) == (0, [])
+    assert _findings(report, "drafter-kind")[0][:2] == ("pass", kind)
+    assert _findings(report, "pairing-shape") == [
+        ("pass", "vocabulary", "256, as the target's"),
+        ("pass", "width", "64, as the target's"),
+    ]
+
+
+def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
+    code, report = _report(run_cli, "inspect", DATA / "eagle3", "--target", TARGET)
+    assert code == 0
+    assert _findings(report, "drafter-tensors") == [
+        (
+            "pass",
+            "tensors",
+            "the kind's tensors are there: fc.weight, norm.weight, lm_head.weight, layers.0",
+        ),
+        ("pass", "fc.weight", "input width 192 = 3 taps x target width 64"),
+    ]
+    assert _findings(report, "drafter-taps")[0] == (
+        "pass",
+        "eagle_aux_hidden_state_layer_ids",
+        "[1, 2, 3], increasing inside the target's 4 layers, in the hidden-state index numbering",
+    )
+    assert _findings(report, "drafter-vocab") == [
+        (
+            "pass",
+            "d2t",
+            "128 draft ids map to strictly increasing target ids below 256; t2d marks exactly "
+            "those",
+        )
+    ]
+    assert _findings(report, "pairing-embedding") == [
+        ("pass", "embed_tokens.weight", "an identical copy of the target's (65536 bytes)"),
+        (
+            "info",
+            "lm_head.weight",
+            "the drafter's own, shaped [128, 64] (target's lm_head.weight: [256, 64])",
+        ),
+    ]
+    [vllm, sglang] = _findings(report, "drafter-serving")
+    assert vllm[2].startswith(
+        '--speculative-config \'{"method": "eagle3", "model": "'
+        f'{DATA / "eagle3"}", "num_speculative_tokens": 3}}\''
+    )
+    assert sglang == (
+        "info",
+        "SGLang",
+        f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {DATA / 'eagle3'}",
+    )
+
+
+def test_without_target_the_pairing_is_named_as_not_checked(run_cli) -> None:
+    code, report = _report(run_cli, "inspect", DATA / "eagle3")
+    assert code == 0
+    assert ("skip", "target", "whether they lie inside the target: needs --target") in (
+        _findings(report, "drafter-taps")
+    )
+    assert _findings(report, "pairing") == [
+        (
+            "skip",
+            "target",
+            "not checked without --target TARGET: vocabulary, widths, taps, embedding and "
+            "head against the target",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "failing"),
+    [
+        (
+            "eagle3-no-aux-ids",
+            [
+                (
+                    "drafter-taps",
+                    "eagle_aux_hidden_state_layer_ids",
+                    "absent: no engine is told which target layers to tap, and each guesses "
+                    "(vLLM 0.32, speculators and llama.cpp's converter (0.3.36) each use (2, 2, 1) "
+                    "of the target's 4 layers); acceptance collapses with nothing in the logs",
+                )
+            ],
+        ),
+        (
+            "eagle3-no-d2t",
+            [
+                (
+                    "drafter-vocab",
+                    "d2t",
+                    "draft vocabulary 128 < target vocabulary 256 but no d2t / t2d: vLLM then "
+                    "maps draft id i to target id i, and acceptance collapses",
+                )
+            ],
+        ),
+        (
+            "eagle3-wrong-vocab",
+            [
+                (
+                    "pairing-shape",
+                    "vocabulary",
+                    "drafter 300, target 256: trained on another vocabulary; engines load it "
+                    "and its drafts are garbled",
+                )
+            ],
+        ),
+    ],
+)
+def test_each_defect_fails_with_its_cause(run_cli, case: str, failing: list) -> None:
+    code, report = _report(run_cli, "inspect", DATA / case, "--target", TARGET)
+    assert (code, _failing(report)) == (1, failing)
+
+
+def test_a_random_embedding_under_a_frozen_flag_fails(run_cli) -> None:
+    """speculators' ``embed_requires_grad: false`` says the embedding is the verifier's; this
+    drafter's differs in every element: vLLM keeps it, SGLang does not."""
+    code, report = _report(run_cli, "inspect", DATA / "eagle3-random-embed", "--target", TARGET)
+    assert code == 1
+    [(check, subject, message)] = _failing(report)
+    assert (check, subject) == ("pairing-embedding", "embed_tokens.weight")
+    assert message.startswith("its config says it is the target's, but it differs (bits differ")
+    assert message.endswith("vLLM keeps the drafter's own, SGLang takes the target's")
+
+
+def _copy(case: str, tmp_path: Path) -> Path:
+    dest = tmp_path / case
+    shutil.copytree(DATA / case, dest)
+    return dest
+
+
+def test_a_flipped_bit_in_d2t_breaks_the_map(run_cli, tmp_path: Path) -> None:
+    drafter = _copy("eagle3", tmp_path)
+    shard = drafter / "model.safetensors"
+    flip_bit(shard, tensor_offset(shard, "d2t") + 8 * 5 + 7, bit=6)  # d2t[5] += 2**62
+    code, report = _report(run_cli, "inspect", drafter)
+    assert code == 1
+    assert _failing(report) == [
+        ("drafter-vocab", "d2t", "target ids i + d2t[i] not strictly increasing"),
+        ("drafter-vocab", "d2t", "target ids i + d2t[i] outside 0..255"),
+    ]
+
+
+def test_a_flipped_mark_in_t2d_breaks_the_count(run_cli, tmp_path: Path) -> None:
+    drafter = _copy("eagle3", tmp_path)
+    shard = drafter / "model.safetensors"
+    offset = tensor_offset(shard, "t2d")
+    marks = shard.read_bytes()[offset : offset + 256]
+    flip_bit(shard, offset + marks.index(0), bit=0)  # one more target id marked
+    code, report = _report(run_cli, "inspect", drafter)
+    assert (code, _failing(report)) == (
+        1,
+        [("drafter-vocab", "t2d", "marks 129 target ids, not 128 (d2t)")],
+    )
+
+
+def test_an_unknown_speculators_kind_is_a_skip_that_says_what_was_seen(
+    run_cli, tmp_path: Path
+) -> None:
+    drafter = _copy("eagle3", tmp_path)
+    config = json.loads((drafter / "config.json").read_text())
+    config["speculators_model_type"] = "eagle9"
+    (drafter / "config.json").write_text(json.dumps(config))
+    code, report = _report(run_cli, "inspect", drafter)
+    assert code == 0
+    assert _findings(report, "drafter-kind") == [
+        (
+            "skip",
+            "kind",
+            "a drafter (speculators_model_type 'eagle9') of a kind mtpcheck does not know: its "
+            "tensors are not checked against its config",
+        )
+    ]
+
+
+QWEN3_NEXT = FIXTURES / "qwen3_next"
+MTP = DATA / "mtp-qwen3next"
+
+
+def test_the_mtp_conversion_is_the_targets_layer_with_its_experts_fused(run_cli) -> None:
+    code, report = _report(run_cli, "inspect", MTP, "--target", QWEN3_NEXT)
+    assert code == 0
+    assert _findings(report, "drafter-mtp") == [
+        (
+            "pass",
+            "mtp layer",
+            "29 tensors bit-identical to the target's mtp.layers.0.* (7264 bytes); stored and "
+            "never read: verifier_lm_head.weight",
+        )
+    ]
+
+
+def test_one_flipped_bit_of_a_fused_expert_is_named_by_its_slice(run_cli, tmp_path) -> None:
+    drafter = _copy("mtp-qwen3next", tmp_path)
+    shard = drafter / "model.safetensors"
+    # expert 2's up_proj: rows 8..15 of gate_up_proj[2] ([4, 16, 16] BF16), its first element
+    start = tensor_offset(shard, "mtp_layers.0.mlp.experts.gate_up_proj")
+    flip_bit(shard, start + (2 * 16 * 16 + 8 * 16) * 2, bit=1)
+    code, report = _report(run_cli, "diff", QWEN3_NEXT, drafter)
+    assert code == 1
+    [(check, subject, message)] = _failing(report)
+    assert (check, subject) == ("drafter-mtp", "mtp_layers.0.mlp.experts.2.up_proj.weight")
+    assert message.startswith("bits differ in 1 of 128 elements, first at index [0, 0]")
+
+
+def test_the_stitched_target_keeps_the_mtp_layer_and_gains_a_nan_head(run_cli) -> None:
+    """``speculators stitch-mtp`` wrote the converted layer back into the target bit for bit,
+    and added the converter's never-loaded ``verifier_lm_head.weight`` (NaN) beside it:
+    the MTP scope passes, the whole checkpoint names the tensor it gained."""
+    stitched = DATA / "mtp-qwen3next-stitched"
+    code, report = _report(run_cli, "diff", QWEN3_NEXT, stitched)
+    assert code == 0
+    assert _findings(report, "tensors")[0] == (
+        "pass",
+        "MTP scope",
+        "31 of 31 tensors bit-identical (11360 bytes compared equal)",
+    )
+    code, report = _report(run_cli, "diff", "--all", QWEN3_NEXT, stitched)
+    assert (code, _failing(report)) == (
+        1,
+        [("tensors", "verifier_lm_head.weight", "only in B (BF16[64, 16]), absent in A")],
+    )
