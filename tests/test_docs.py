@@ -35,6 +35,30 @@ def _hook() -> ModuleType:
 HOOK = _hook()
 
 
+def _drafters_hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_drafters", DOCS / "hooks" / "drafters.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DRAFTERS_HOOK = _drafters_hook()
+
+
+def test_the_drafters_page_gets_a_row_per_kind_in_both_tables() -> None:
+    from mtpcheck.families.drafter_kinds import DRAFTER_KINDS
+
+    page = (DOCS / DRAFTERS_HOOK.PAGE).read_text()
+    rendered = DRAFTERS_HOOK.render(page)
+    for table in (DRAFTERS_HOOK.kinds_table(), DRAFTERS_HOOK.engines_table()):
+        assert table in rendered
+        keys = re.findall(r"^\| `([\w-]+)`", table, re.M)
+        assert keys == [k.key for k in DRAFTER_KINDS]
+    with pytest.raises(ValueError, match="marker"):
+        DRAFTERS_HOOK.render(page.replace(DRAFTERS_HOOK.ENGINES_MARKER, ""))
+
+
 # --- the families tables -----------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
 """Drafters written by speculators 0.9.0 itself (``tests/thirdparty/speculators``, NOTES.md
-there) audited alone and against the tiny Llama target they were built for: the intact ones
+there; rewritten afresh in CI, ``MTPCHECK_TOOL_OUTPUTS``) audited alone and against the tiny Llama target they were built for: the intact ones
 pass, each defect of the kinds that headers and small reads show fails with its cause."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, flip_bit, tensor_offset
+from tests.thirdparty.tools import tool_output
 
-DATA = Path(__file__).resolve().parent / "data" / "speculators"
+DATA = tool_output("speculators")
 TARGET = DATA / "llama-target"
 
 
@@ -267,4 +268,59 @@ def test_the_stitched_target_keeps_the_mtp_layer_and_gains_a_nan_head(run_cli) -
     assert (code, _failing(report)) == (
         1,
         [("tensors", "verifier_lm_head.weight", "only in B (BF16[64, 16]), absent in A")],
+    )
+
+
+def _edit_config(drafter: Path, **changes: Any) -> None:
+    config = json.loads((drafter / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            del config[key]
+        else:
+            config[key] = value
+    (drafter / "config.json").write_text(json.dumps(config))
+
+
+def test_a_flag_without_its_tensor_fails(run_cli, tmp_path: Path) -> None:
+    """EAGLE-3.1's ``norm_before_fc`` set on a drafter saved without ``input_norm.weight``."""
+    drafter = _copy("eagle3", tmp_path)
+    _edit_config(drafter, norm_before_fc=True)
+    code, report = _report(run_cli, "inspect", drafter)
+    assert (code, _failing(report)) == (
+        1,
+        [
+            (
+                "drafter-tensors",
+                "norm_before_fc",
+                "norm_before_fc is set but input_norm.weight is absent: an engine that ignores "
+                "the flag skips the norm, and acceptance falls (sglang PR #32334)",
+            )
+        ],
+    )
+
+
+def test_a_dflash_drafter_without_its_taps_fails(run_cli, tmp_path: Path) -> None:
+    drafter = _copy("dflash", tmp_path)
+    _edit_config(drafter, aux_hidden_state_layer_ids=None)
+    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    assert code == 1
+    [(check, subject, message)] = _failing(report)
+    assert (check, subject) == ("drafter-taps", "aux_hidden_state_layer_ids")
+    assert message.startswith("absent: no engine is told which target layers to tap")
+
+
+def test_taps_past_the_targets_layers_fail(run_cli, tmp_path: Path) -> None:
+    drafter = _copy("eagle3", tmp_path)
+    _edit_config(drafter, eagle_aux_hidden_state_layer_ids=[1, 3, 5])
+    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    assert (code, _failing(report)) == (
+        1,
+        [
+            (
+                "drafter-taps",
+                "eagle_aux_hidden_state_layer_ids",
+                "[5] outside the target's 4 layers (read as hidden-state indices: 0 the "
+                "embedding, k the output of layer k - 1: 0..4)",
+            )
+        ],
     )

@@ -5,7 +5,7 @@
 #
 #   bash tests/thirdparty/regenerate_corpora.sh OUT [TOOL ...]
 #
-# TOOLs: bitsandbytes mlx autoround peft mergekit (default: all). .ci/run then runs the corpus
+# TOOLs: bitsandbytes mlx autoround peft mergekit speculators (default: all). .ci/run then runs the corpus
 # tests on OUT (MTPCHECK_TOOL_OUTPUTS=OUT), so the verdicts are pinned on what the tools write
 # on the machine at hand, not only on the shipped copies. Each tool's regenerate.sh makes its
 # venv (.venv-<tool> at the repository root) the first time.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 out="${1:?usage: regenerate_corpora.sh OUT [TOOL ...]}"
 shift
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(bitsandbytes mlx autoround peft mergekit)
+[ ${#tools[@]} -gt 0 ] || tools=(bitsandbytes mlx autoround peft mergekit speculators)
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 for tool in "${tools[@]}"; do

@@ -11,7 +11,7 @@ the report read these records; nothing else names a drafter kind.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class Taps(str, enum.Enum):
@@ -173,7 +173,7 @@ _MASK = FlagTensor(
 _SPECULATORS = ConfigPaths(
     vocab=("transformer_layer_config.vocab_size", "vocab_size"),
     hidden=("transformer_layer_config.hidden_size", "hidden_size"),
-    taps=("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"),
+    taps=("eagle_aux_hidden_state_layer_ids",),
     positions=("transformer_layer_config.max_position_embeddings", "max_position_embeddings"),
     rope=(
         "transformer_layer_config.rope_parameters",
@@ -286,7 +286,7 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
         key="dflash-speculators",
         display="DFlash (speculators format)",
         recognition=Recognition(speculators_types=("dflash",)),
-        paths=_SPECULATORS,
+        paths=replace(_SPECULATORS, taps=("aux_hidden_state_layer_ids",)),
         required=("fc.weight", "norm.weight", "layers.0."),
         taps=Taps.HIDDEN_STATE,
         taps_read=_HIDDEN_STATE_READERS,
