@@ -324,3 +324,40 @@ def test_taps_past_the_targets_layers_fail(run_cli, tmp_path: Path) -> None:
             )
         ],
     )
+
+
+def test_a_tokenizer_beside_the_drafter_is_held_to_the_targets(run_cli, tmp_path: Path) -> None:
+    """vLLM never loads a drafter's tokenizer: one shipped beside it must be the target's."""
+    drafter = _copy("eagle3", tmp_path)
+    shutil.copy(TARGET / "tokenizer.json", drafter / "tokenizer.json")
+    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    assert code == 0
+    assert ("pass", "tokenizer", "the same token table as the target's") in (
+        _findings(report, "pairing-shape")
+    )
+    tokenizer = json.loads((drafter / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two ids swapped
+    (drafter / "tokenizer.json").write_text(json.dumps(tokenizer))
+    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    assert (code, _failing(report)) == (
+        1,
+        [
+            (
+                "pairing-shape",
+                "tokenizer",
+                "the drafter's tokenizer.json holds another token table than the target's: "
+                "vLLM never loads the drafter's, so its drafts name other tokens",
+            )
+        ],
+    )
+
+
+def test_a_malformed_tokenizer_is_one_line_naming_it(run_cli, tmp_path: Path) -> None:
+    drafter = _copy("eagle3", tmp_path)
+    (drafter / "tokenizer.json").write_text("{")
+    run = run_cli("inspect", drafter, "--target", TARGET)
+    assert run.exit_code == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"mtpcheck: error: {drafter / 'tokenizer.json'}: not a tokenizer: ")

@@ -63,11 +63,14 @@ def inspect(
     """
     from mtpcheck.checks.inspect_checks import inspect_report
     from mtpcheck.formats import open_input
+    from mtpcheck.formats.tokenizer import token_table
 
     side = None if draft is None else str(draft)
     ckpt = open_input(str(path), trust_pickle, fetch, log, draft=side)
-    paired = None if target is None else open_input(str(target), trust_pickle, fetch, log)
-    return inspect_report(ckpt, paired)
+    if target is None:
+        return inspect_report(ckpt)
+    paired = open_input(str(target), trust_pickle, fetch, log)
+    return inspect_report(ckpt, paired, (token_table(str(path)), token_table(str(target))))
 
 
 def diff(

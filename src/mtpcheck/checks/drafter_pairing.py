@@ -87,8 +87,28 @@ def _same(name: str, mine: object, theirs: object, fail: str) -> Finding:
     return Finding(name, Status.FAIL, f"drafter {mine}, target {theirs}: {fail}")
 
 
-def shape_check(kind: DrafterKind, cfg: DrafterConfig, target: Target) -> CheckResult:
-    """Vocabulary and width against the target's."""
+def _tokenizers(tables: tuple[str | None, str | None]) -> Finding | None:
+    """The two tokenizers' token tables, where both sides ship one."""
+    mine, theirs = tables
+    if mine is None or theirs is None:
+        return None
+    if mine == theirs:
+        return Finding("tokenizer", Status.PASS, "the same token table as the target's")
+    return Finding(
+        "tokenizer",
+        Status.FAIL,
+        "the drafter's tokenizer.json holds another token table than the target's: vLLM never "
+        "loads the drafter's, so its drafts name other tokens",
+    )
+
+
+def shape_check(
+    kind: DrafterKind,
+    cfg: DrafterConfig,
+    target: Target,
+    tokenizers: tuple[str | None, str | None] = (None, None),
+) -> CheckResult:
+    """Vocabulary, tokenizer (where both ship one) and width against the target's."""
     findings = [
         _same(
             "vocabulary",
@@ -104,6 +124,9 @@ def shape_check(kind: DrafterKind, cfg: DrafterConfig, target: Target) -> CheckR
             "the wrong features",
         ),
     ]
+    tokenizer = _tokenizers(tokenizers)
+    if tokenizer is not None:
+        findings.insert(1, tokenizer)
     if kind.key == "gemma4-assistant":
         findings.append(_layer_types(cfg, target))
     return CheckResult("pairing-shape", "Drafter and target: vocabulary and width", tuple(findings))

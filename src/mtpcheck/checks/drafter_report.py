@@ -61,7 +61,11 @@ def _needs_target(kind: DrafterKind) -> CheckResult:
 
 
 def _pairing(
-    drafter: Checkpoint, kind: DrafterKind, target: Checkpoint, compare: Compare
+    drafter: Checkpoint,
+    kind: DrafterKind,
+    target: Checkpoint,
+    compare: Compare,
+    tokenizers: tuple[str | None, str | None],
 ) -> tuple[list[CheckResult], tuple[TensorComparison, ...], MtpAnalysis]:
     analysis = analyse(target.config, target.tensors, target.config_path)
     if kind.mtp_extract:
@@ -69,7 +73,7 @@ def _pairing(
         return [check], comparisons, analysis
     cfg = read_config(kind, drafter.config)
     facts = target_of(target, analysis)
-    checks = [shape_check(kind, cfg, facts)]
+    checks = [shape_check(kind, cfg, facts, tokenizers)]
     holds = {"embed_tokens.weight", "lm_head.weight"} & set(drafter.tensors)
     if kind.shared is Shared.OWN_OR_TARGET or (kind.shared is Shared.TARGET and holds):
         checks.append(embedding_check(drafter, kind, cfg, facts, compare, _frozen(kind, drafter)))
@@ -83,9 +87,11 @@ def drafter_report(
     compare: Compare,
     target: Checkpoint | None = None,
     family_checks: Sequence[CheckResult] = (),
+    tokenizers: tuple[str | None, str | None] = (None, None),
 ) -> Report:
     """The inspect report of ``drafter``, against ``target`` where given. ``family_checks``:
-    the MTP family's own checks, for a drafter that is also a family (Gemma-4 assistant)."""
+    the MTP family's own checks, for a drafter that is also a family (Gemma-4 assistant).
+    ``tokenizers``: digests of the two sides' token tables, where each ships one."""
     cfg = read_config(kind, drafter.config)
     pairs = [("", drafter)] if target is None else [("drafter", drafter), ("target", target)]
     checks = [integrity_check(pairs), *family_checks, kind_check(kind, cfg)]
@@ -96,7 +102,7 @@ def drafter_report(
         checks += [c for c in (taps_check(kind, cfg), vocab_check(drafter, kind, cfg)) if c]
         checks.append(_needs_target(kind))
     else:
-        paired, comparisons, analysis = _pairing(drafter, kind, target, compare)
+        paired, comparisons, analysis = _pairing(drafter, kind, target, compare, tokenizers)
         layers = target_of(target, analysis).layers
         checks += [c for c in (taps_check(kind, cfg, layers), vocab_check(drafter, kind, cfg)) if c]
         checks += paired

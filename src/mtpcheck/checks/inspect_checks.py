@@ -280,16 +280,20 @@ def _with_writer_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysi
     return replace(check, findings=(*check.findings, note))
 
 
-def inspect_report(ckpt: Checkpoint, target: Checkpoint | None = None) -> Report:
+def inspect_report(
+    ckpt: Checkpoint,
+    target: Checkpoint | None = None,
+    tokenizers: tuple[str | None, str | None] = (None, None),
+) -> Report:
     """Build the inspect report of one checkpoint; of a drafter that ships beside its target,
     against ``target`` where given (:class:`~mtpcheck.errors.InputError` when ``ckpt`` is no
-    drafter)."""
+    drafter). ``tokenizers``: digests of the two sides' token tables, where each ships one."""
     kind = recognise(ckpt.config, ckpt.tensors)
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
     compare = comparer_for(ckpt, target or ckpt, compare_many)
     if kind is not None and (analysis.family is None or kind.mtp_extract):
         # an extracted MTP layer keeps its target's model_type; the model checks do not apply
-        return drafter_report(ckpt, kind, compare, target)
+        return drafter_report(ckpt, kind, compare, target, tokenizers=tokenizers)
     seen = unknown_drafter(ckpt.config) if kind is None and analysis.family is None else None
     if seen is not None:
         alone = (integrity_check([("", ckpt)]), unknown_kind_check(seen))
@@ -308,7 +312,9 @@ def inspect_report(ckpt: Checkpoint, target: Checkpoint | None = None) -> Report
         count = dspark_count_check(analysis, dspark, dict(ckpt.tensors))
         checks = tuple(count if c.name == "mtp-count" else c for c in checks)
     if kind is not None:
-        return drafter_report(ckpt, kind, compare, target, family_checks=checks[1:])
+        return drafter_report(
+            ckpt, kind, compare, target, family_checks=checks[1:], tokenizers=tokenizers
+        )
     return Report(command="inspect", inputs=(summarise(ckpt, analysis),), checks=checks)
 
 
