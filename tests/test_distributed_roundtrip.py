@@ -24,13 +24,8 @@ import pytest
 from mtpcheck.errors import InputError
 from mtpcheck.mapping import as_megatron
 from mtpcheck.pipeline import distributed
-from mtpcheck.pipeline.roundtrip import (
-    Conversions,
-    RoundtripOptions,
-    check,
-    convert,
-    open_outputs,
-)
+from mtpcheck.pipeline.roundtrip import Conversions, check, convert, open_outputs
+from mtpcheck.pipeline.stages import RoundtripOptions
 from mtpcheck.units import human_size
 from tests.conftest import FIXTURES, Run
 from tests.launch import torchrun

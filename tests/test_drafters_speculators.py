@@ -1,6 +1,7 @@
 """Drafters written by speculators 0.9.0 itself (``tests/thirdparty/speculators``, NOTES.md
-there; rewritten afresh in CI, ``MTPCHECK_TOOL_OUTPUTS``) audited alone and against the tiny Llama target they were built for: the intact ones
-pass, each defect of the kinds that headers and small reads show fails with its cause."""
+there; rewritten afresh in CI, ``MTPCHECK_TOOL_OUTPUTS``) audited alone and against the tiny
+Llama target they were built for: the intact ones pass, each defect of the kinds that headers
+and small reads show fails with its cause."""
 
 from __future__ import annotations
 

@@ -316,7 +316,7 @@ def test_intermediates_skip_fsync_but_conversions_do_not(
 
 def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
     """Opening a Megatron checkpoint unpickles its metadata: the round trip does it once."""
-    from mtpcheck.pipeline import roundtrip
+    from mtpcheck.pipeline import roundtrip, stages
 
     opened: list[str] = []
     real_open = roundtrip.open_checkpoint
@@ -325,8 +325,9 @@ def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
         opened.append(Path(path).name)
         return real_open(path, *args)
 
-    monkeypatch.setattr(roundtrip, "open_checkpoint", counting)
-    opts = roundtrip.RoundtripOptions(FIXTURES / "mimo", workdir=tmp_path)
+    for module in (roundtrip, stages):  # the source is opened by one, the outputs by the other
+        monkeypatch.setattr(module, "open_checkpoint", counting)
+    opts = stages.RoundtripOptions(FIXTURES / "mimo", workdir=tmp_path)
     report = roundtrip.run_roundtrip(opts, lambda line: None)
     assert report.ok
     assert opened == ["mimo", "megatron", "hf"]

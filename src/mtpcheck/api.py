@@ -120,6 +120,8 @@ def roundtrip(
     *,
     to_megatron: str | None = None,
     to_hf: str | None = None,
+    to_drafter: str | None = None,
+    from_drafter: str | None = None,
     workdir: Path | None = None,
     keep: bool = False,
     timeout: float | None = None,
@@ -134,21 +136,32 @@ def roundtrip(
 
     ``to_megatron`` / ``to_hf``: your converter commands with ``{src}`` and ``{dst}`` (default:
     the built-in converters); ``timeout`` in seconds per command; ``synthetic`` round-trips a
-    tiny random checkpoint built from ``path``'s config.json. Raises
+    tiny random checkpoint built from ``path``'s config.json. ``to_drafter`` / ``from_drafter``
+    instead take the MTP layer out into a drafter format (``{src}``, ``{dst}``) and write it
+    back (``{src}``, ``{drafter}``, ``{dst}``), such as speculators' ``convert --algorithm
+    mtp`` and ``stitch-mtp``; they need no ``convert`` extra. Raises
     :class:`~mtpcheck.extras.MissingExtra` without the ``convert`` extra, :class:`ValueError`
-    for a converter command without its placeholders.
+    for a converter command without its placeholders or options that do not go together.
     """
-    require("convert", "roundtrip")
     from mtpcheck.pipeline.converter_command import validate_template
-    from mtpcheck.pipeline.roundtrip import RoundtripOptions, run_roundtrip
+    from mtpcheck.pipeline.stages import RoundtripOptions
 
-    for template in (to_megatron, to_hf):
+    via_drafter = to_drafter is not None or from_drafter is not None
+    if via_drafter:
+        from mtpcheck.pipeline.drafter_roundtrip import validate_options
+
+        validate_options(to_drafter, from_drafter, to_megatron, to_hf, synthetic)
+    else:
+        require("convert", "roundtrip")
+    for template in (to_megatron, to_hf, to_drafter):
         if template is not None:
             validate_template(template)
     options = RoundtripOptions(
         source=Path(path),
         to_megatron=to_megatron,
         to_hf=to_hf,
+        to_drafter=to_drafter,
+        from_drafter=from_drafter,
         workdir=workdir,
         keep=keep,
         timeout=timeout,
@@ -157,6 +170,12 @@ def roundtrip(
         trust_pickle=trust_pickle,
         megatron_layout=megatron_layout,
     )
+    if via_drafter:
+        from mtpcheck.pipeline.drafter_roundtrip import run_drafter_roundtrip
+
+        return run_drafter_roundtrip(options, log=log)
+    from mtpcheck.pipeline.roundtrip import run_roundtrip
+
     return run_roundtrip(options, log=log)
 
 

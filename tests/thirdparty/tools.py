@@ -19,6 +19,10 @@ REQUIRE = os.environ.get("MTPCHECK_REQUIRE_THIRDPARTY") == "1"
 #: MTPCHECK_VLLM_VENV names, else the repository's .venv-vllm that .ci/run builds with
 #: ``bash tests/thirdparty/vllm/install_venv.sh``.
 VLLM_VENV = Path(os.environ.get("MTPCHECK_VLLM_VENV") or HERE.parent.parent / ".venv-vllm")
+#: speculators 0.9.0's venv (tests/thirdparty/speculators/install_venv.sh; .ci/run makes it)
+SPECULATORS_VENV = Path(
+    os.environ.get("MTPCHECK_SPECULATORS_VENV") or HERE.parent.parent / ".venv-speculators"
+)
 #: llama.cpp's llama-server: the one MTPCHECK_LLAMA_SERVER names, else the repository's
 #: .llama-server build that .ci/run makes with tests/thirdparty/llamacpp/server/build_server.sh.
 LLAMA_SERVER = Path(

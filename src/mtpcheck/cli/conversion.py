@@ -39,6 +39,19 @@ from mtpcheck.units import human_size
     help="Your Megatron->HF converter with {src} and {dst}. Default: built-in.",
 )
 @click.option(
+    "--to-drafter",
+    metavar="CMD",
+    help="Instead of Megatron: a command taking the MTP layer out into a drafter format, with "
+    "{src} and {dst} (speculators' 'speculators convert {src} --algorithm mtp ...').",
+)
+@click.option(
+    "--from-drafter",
+    metavar="CMD",
+    help="With --to-drafter: the command writing that drafter back into the target, with "
+    "{src} (the target), {drafter} and {dst} ('speculators stitch-mtp {drafter} {src} "
+    "--output-path {dst}').",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Where temporary checkpoints go (default: the system temp dir). Under torchrun "
@@ -60,14 +73,23 @@ from mtpcheck.units import human_size
 @MEGATRON_LAYOUT
 @output_options
 def roundtrip(path: Path, opts: OutputOptions, **settings: Any) -> None:
-    """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit."""
-    # the main model's check reads Megatron names through megatron-core's config, with torch
-    require("convert", "roundtrip")
+    """HF -> Megatron -> HF through checkpoints on disk; MTP must survive bit for bit.
+
+    With --to-drafter and --from-drafter: the MTP layer out into a drafter format and back
+    into the target instead; the drafter is compared with the target's MTP layer.
+    """
     from mtpcheck.pipeline.converter_command import validate_template
 
+    via_drafter = settings["to_drafter"] is not None or settings["from_drafter"] is not None
+    if via_drafter:
+        _drafter_options(settings)
+    else:
+        # the main model's check reads Megatron names through megatron-core's config, with torch
+        require("convert", "roundtrip")
     for option, template in (
         ("--to-megatron", settings["to_megatron"]),
         ("--to-hf", settings["to_hf"]),
+        ("--to-drafter", settings["to_drafter"]),
     ):
         if template is not None:
             try:
@@ -81,12 +103,23 @@ def roundtrip(path: Path, opts: OutputOptions, **settings: Any) -> None:
     def ranked() -> RankRun:
         """Rank 0 converts; the comparisons are split across ranks; rank 0 reports."""
         from mtpcheck.pipeline.distributed import roundtrip_across_ranks
-        from mtpcheck.pipeline.roundtrip import RoundtripOptions
+        from mtpcheck.pipeline.stages import RoundtripOptions
 
         options = RoundtripOptions(source=path, trust_pickle=opts.trust_pickle, **settings)
         return lambda on_rank0: roundtrip_across_ranks(options, opts.log, on_rank0)
 
-    report_and_exit("roundtrip", build, opts, ranked)
+    report_and_exit("roundtrip", build, opts, None if via_drafter else ranked)
+
+
+def _drafter_options(settings: dict[str, Any]) -> None:
+    """The drafter round trip's options, refused as a usage error where they clash."""
+    from mtpcheck.pipeline.drafter_roundtrip import validate_options
+
+    keys = ("to_drafter", "from_drafter", "to_megatron", "to_hf", "synthetic")
+    try:
+        validate_options(*(settings[k] for k in keys))
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
 
 
 @cli.group()

@@ -39,16 +39,8 @@ from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import runs_of_bytes
-from mtpcheck.pipeline.roundtrip import (
-    Conversions,
-    Opened,
-    RoundtripOptions,
-    check,
-    convert,
-    make_workdir,
-    open_outputs,
-    release_workdir,
-)
+from mtpcheck.pipeline.roundtrip import Conversions, Opened, check, convert, open_outputs
+from mtpcheck.pipeline.stages import RoundtripOptions, make_workdir, release_workdir
 from mtpcheck.ticker import Ticker
 
 TIMEOUT_ENV = "MTPCHECK_DIST_TIMEOUT"

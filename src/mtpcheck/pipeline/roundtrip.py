@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -46,29 +44,20 @@ from mtpcheck.pipeline.main_model import mcore_model_check
 from mtpcheck.pipeline.memory import release_free_memory
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
+from mtpcheck.pipeline.stages import (
+    RoundtripOptions,
+    make_workdir,
+    release_workdir,
+    stage_check,
+    try_open,
+    unreadable_check,
+)
 from mtpcheck.pipeline.timings import StageClock, tree_bytes
 
 DISK_MARGIN = 1.1
 WRITER_THREADS = 2
 """Threads (and ``.distcp`` files) of the built-in stage 1's torch_dist save: megatron-core's
 own default, and what keeps the disk busy while one thread waits for the kernel."""
-
-
-@dataclass(frozen=True)
-class RoundtripOptions:
-    """Everything a round trip needs; built by the CLI."""
-
-    source: Path
-    to_megatron: str | None = None
-    to_hf: str | None = None
-    workdir: Path | None = None
-    keep: bool = False
-    timeout: float | None = None
-    all_tensors: bool = False
-    synthetic: bool = False
-    trust_pickle: bool = False
-    megatron_layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
-    """Whose modules the converter's Megatron checkpoint is saved from (stage 1's mapping)."""
 
 
 def check_disk(root: Path, needed: int) -> None:
@@ -80,17 +69,6 @@ def check_disk(root: Path, needed: int) -> None:
             f"not enough free disk for the round trip: needs about {needed / 2**30:.2f} GiB, "
             f"{free / 2**30:.2f} GiB free (use --workdir elsewhere)",
         )
-
-
-def _stage(name: str, title: str, result: CommandResult, stage: str) -> CheckResult:
-    seconds = round(result.seconds, 3)
-    if result.ok:
-        finding = Finding(stage, Status.PASS, result.message, {"seconds": seconds})
-        return CheckResult(name, title, (finding,))
-    details = {"stderr_tail": result.stderr_tail, "seconds": seconds}
-    tail = f"; stderr tail:\n{result.stderr_tail}" if result.stderr_tail else ""
-    message = f"converter {result.message}{tail}"
-    return CheckResult(name, title, (Finding(stage, Status.FAIL, message, details),))
 
 
 def _builtin(action: Callable[[], object], dst: Path) -> CommandResult:
@@ -105,19 +83,6 @@ def _builtin(action: Callable[[], object], dst: Path) -> CommandResult:
     return CommandResult(
         True, f"built-in converter wrote {dst.name}/ in {seconds:.1f} s", "", seconds
     )
-
-
-def _unreadable(stage: str, error: str) -> CheckResult:
-    finding = Finding(stage, Status.FAIL, f"converter output is unreadable: {error}")
-    return CheckResult("output", f"{stage}: output readable", (finding,))
-
-
-def _try_open(path: Path, trust_pickle: bool) -> tuple[Checkpoint | None, str | None]:
-    """The opened checkpoint, or why it cannot be opened."""
-    try:
-        return open_checkpoint(path, trust_pickle), None
-    except InputError as e:
-        return None, str(e)
 
 
 @dataclass(frozen=True)
@@ -159,22 +124,6 @@ class Opened:
     source: Checkpoint
     megatron: Checkpoint | None
     final: Checkpoint | None
-
-
-def make_workdir(opts: RoundtripOptions) -> Path:
-    """A fresh folder under ``--workdir`` (default: the system temp dir)."""
-    root = opts.workdir or Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="mtpcheck-roundtrip-", dir=root))
-
-
-def release_workdir(opts: RoundtripOptions, work: Path) -> None:
-    """Remove the work directory, or say where it is kept (``--keep``): on stderr even with
-    ``--quiet``, which silences progress, not what the user asked for."""
-    if opts.keep:
-        print(f"mtpcheck: kept the round trip's checkpoints in {work}", file=sys.stderr)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_roundtrip(opts: RoundtripOptions, log: Callable[[str], None]) -> Report:
@@ -342,7 +291,7 @@ def _stage1(
             )
     with _timed(clock, "stage1-open"):
         megatron, unreadable = (
-            _try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
+            try_open(megatron_dir, opts.trust_pickle) if result.ok else (None, None)
         )
     return StageRun(result, megatron_dir, unreadable), megatron
 
@@ -371,7 +320,7 @@ def _stage2(
                 final_dir,
             )
     with _timed(clock, "stage2-open"):
-        final, unreadable = _try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
+        final, unreadable = try_open(final_dir, opts.trust_pickle) if result.ok else (None, None)
     return StageRun(result, final_dir, unreadable), final
 
 
@@ -412,9 +361,9 @@ def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
 
 
 def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[CheckResult]:
-    checks = [_stage(name, title, run.result, stage)]
+    checks = [stage_check(name, title, run.result, stage)]
     if run.result.ok and run.unreadable is not None:
-        checks.append(_unreadable(stage, run.unreadable))
+        checks.append(unreadable_check(stage, run.unreadable))
     return checks
 
 

@@ -13,14 +13,7 @@ venv=.venv-speculators
 [ -n "${1:-}" ] && venv="$(abs "$1")"
 out_root=tests/data/speculators
 [ -n "${2:-}" ] && out_root="$(abs "$2")"
-if [ ! -x "$venv/bin/speculators" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q torch==2.13.0 speculators==0.9.0
-  # speculators requires torchvision and torchaudio; PyPI's builds are for CUDA torch and
-  # their extensions cannot load beside torch 2.13.0+cpu (importing transformers' Llama then
-  # fails: "operator torchvision::nms does not exist"). Nothing here uses either.
-  "$venv/bin/pip" uninstall -q -y torchvision torchaudio
-fi
+bash tests/thirdparty/speculators/install_venv.sh "$venv"
 py="$venv/bin/python"
 tools=tests/thirdparty/speculators
 work="$(mktemp -d)"
