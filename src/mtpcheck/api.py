@@ -205,12 +205,15 @@ def accept(
     server: ServerOptions | None = None,
     plot: Path | None = None,
     log: Log = _silent,
+    drafter: Path | None = None,
 ) -> Report:
     """MTP acceptance per workload (``mtpcheck accept``): does the drafter earn its keep?
 
     ``workloads``: name -> JSONL or text file. The keywords are the CLI's options of the same
     names (docs/commands/accept.md); ``server`` measures on a running server instead, where
-    ``ckpt`` may be None. ``plot`` also writes a PNG chart. Raises
+    ``ckpt`` may be None. ``drafter`` (with ``engine="vllm"``): vLLM drafts with that
+    separate drafter folder instead of the checkpoint's MTP layers. ``plot`` also writes a PNG
+    chart. Raises
     :class:`~mtpcheck.errors.DamagedInput` for a checkpoint whose main model is not whole,
     :class:`~mtpcheck.errors.PathError` for an unreadable input,
     :class:`~mtpcheck.extras.MissingExtra` without the ``accept`` (``plot``) extra.
@@ -242,6 +245,7 @@ def accept(
         vllm=vllm or VllmSettings(),
         teacher_forced=teacher_forced,
         server=server,
+        drafter=None if drafter is None else Path(drafter),
     )
     if options.server is not None:
         return _on_server(options, options.server, log)

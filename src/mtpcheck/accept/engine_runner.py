@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mtpcheck.accept.copies import copies_finding
+from mtpcheck.accept.drafter import Drafter as SeparateDrafter
 from mtpcheck.accept.gating import no_drafter_status
 from mtpcheck.accept.head import drafter_layouts, missing_drafter
 from mtpcheck.accept.inputs import Inputs, open_inputs
@@ -26,7 +27,7 @@ from mtpcheck.accept.report import compared_finding, input_summaries, workload_c
 from mtpcheck.accept.stats import paired_ratio_difference, ratio_estimate, shown
 from mtpcheck.accept.vllm_engine import EngineRequest, EngineRun, run_vllm
 from mtpcheck.accept.workloads import Workload
-from mtpcheck.errors import MtpcheckError
+from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.model import (
     Checkpoint,
@@ -174,6 +175,8 @@ class _Plan:
     """Per workload, its prompts (each sequence's first ``--prompt-tokens`` ids)."""
     k: int
     log: Callable[[str], None]
+    drafter: SeparateDrafter | None = None
+    """``--drafter``: vLLM drafts with this separate drafter, not the checkpoint's MTP."""
 
 
 @dataclass(frozen=True)
@@ -192,11 +195,15 @@ def run_engine_accept(
     options: AcceptOptions, log: Callable[[str], None] = lambda _: None
 ) -> Report:
     """Every workload through the engine, on the checkpoint (and the compared one)."""
+    separate = _separate_drafter(options, log)
     inputs = open_inputs(options)
     prompts = {w.name: _prompts(w, options.prompt_tokens) for w in inputs.workloads}
     # one speculative config for both sides of --compare: the reference's, as it is served
-    k = options.depths or inputs.analyses[0].complete_layers or 1
-    plan = _Plan(options, inputs.workloads, prompts, k, log)
+    if separate is not None:
+        k = options.depths or separate.speculative_tokens or 1
+    else:
+        k = options.depths or inputs.analyses[0].complete_layers or 1
+    plan = _Plan(options, inputs.workloads, prompts, k, log, separate)
     runs = _Runs()
     for ckpt, analysis, directory, label in zip(
         inputs.checkpoints, inputs.analyses, inputs.directories, inputs.labels, strict=False
@@ -207,13 +214,51 @@ def run_engine_accept(
         w.name: _workload_findings(w.name, inputs, runs, deltas, options.min_acceptance)
         for w in inputs.workloads
     }
+    title = "MTP acceptance in vLLM"
+    if separate is not None:
+        findings = {name: _naming(fs, separate) for name, fs in findings.items()}
+        title = f"{separate.display} drafter ({separate.method}) acceptance in vLLM"
     return Report(
         command="accept",
         inputs=input_summaries(inputs),
-        checks=workload_checks(inputs, "MTP acceptance in vLLM", findings, runs.served),
+        checks=workload_checks(inputs, title, findings, runs.served),
         engine=tuple(runs.results.values()),
         engine_deltas=tuple(deltas),
     )
+
+
+def _separate_drafter(options: AcceptOptions, log: Callable[[str], None]) -> SeparateDrafter | None:
+    """``--drafter``: the separate drafter vLLM drafts with, recognised before anything
+    runs; what only a checkpoint's own MTP layers support is refused."""
+    if options.drafter is None:
+        return None
+    from mtpcheck.accept.drafter import identify_drafter
+
+    refused = {
+        "--teacher-forced": options.teacher_forced,
+        "--compare": options.compare is not None,
+    }
+    for flag, given in refused.items():
+        if given:
+            raise InputError(
+                options.drafter,
+                f"--drafter with {flag}: mtpcheck scores and compares a checkpoint's own MTP "
+                "layers only; vLLM's figures for a separate drafter come without it",
+            )
+    drafter = identify_drafter(options.drafter, options.trust_pickle)
+    log(drafter.described())
+    return drafter
+
+
+def _naming(findings: list[Finding], drafter: SeparateDrafter) -> list[Finding]:
+    """The engine figure's finding with the drafter's kind and method in its details, then
+    one INFO that names them."""
+    if not findings:
+        return findings
+    first = replace(findings[0], details={**findings[0].details, **drafter.details()})
+    named = Finding(str(drafter.path), Status.INFO, f"{drafter.described()} (--drafter)",
+                    drafter.details())  # fmt: skip
+    return [first, named, *findings[1:]]
 
 
 def _run_checkpoint(
@@ -226,16 +271,18 @@ def _run_checkpoint(
 ) -> None:
     """One checkpoint through vLLM with every workload's prompts (and, with
     ``--teacher-forced``, mtpcheck's figures at the positions it drafted) into ``runs``."""
-    why = missing_drafter(analysis)
-    if why is not None:
-        runs.missing[ckpt.path] = why
-        plan.log(f"{label}{ckpt.path}: no drafter ({why}); vLLM not started")
-        return
-    runs.served.extend(copies_finding(ckpt, analysis))
+    if plan.drafter is None:  # the checkpoint's own MTP layers draft
+        why = missing_drafter(analysis)
+        if why is not None:
+            runs.missing[ckpt.path] = why
+            plan.log(f"{label}{ckpt.path}: no drafter ({why}); vLLM not started")
+            return
+        runs.served.extend(copies_finding(ckpt, analysis))
     options, settings = plan.options, plan.options.vllm
     everything = [p for w in plan.workloads for p in plan.prompts[w.name]]
+    how = "MTP" if plan.drafter is None else f"drafter {plan.drafter.method}"
     plan.log(
-        f"{label}{ckpt.path}: vLLM ({settings.python}), MTP k={plan.k}, {settings.parallel}, "
+        f"{label}{ckpt.path}: vLLM ({settings.python}), {how} k={plan.k}, {settings.parallel}, "
         f"{len(everything)} prompts"
     )
     run = run_vllm(
@@ -246,6 +293,9 @@ def _run_checkpoint(
         options.new_tokens,
         options.temperature,
         settings,
+        speculative_config=None
+        if plan.drafter is None
+        else plan.drafter.speculative_config(plan.k),
     )
     plan.log(f"{label}{ckpt.path}: vLLM {run.version}: {run.drafts} steps in {run.seconds:.1f} s")
     _split_by_workload(plan, runs, ckpt.path, run)

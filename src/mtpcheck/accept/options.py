@@ -23,6 +23,9 @@ class ServerOptions:
     """Requests in flight at once; None: the engine's default (:mod:`server_requests`)."""
     save_profile: Path | None = None
     profile: Path | None = None
+    drafter: Path | None = None
+    """``--drafter``: the separate drafter the server drafts with, as the user says (a server
+    does not tell it); its kind and vLLM method are named in the report."""
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,6 @@ class AcceptOptions:
     """``--engine``: also score the engine's output teacher-forced at the positions it drafted."""
     server: ServerOptions | None = None
     """``--server``: measure on a running server (:mod:`mtpcheck.accept.server_runner`)."""
+    drafter: Path | None = None
+    """``--engine vllm --drafter DIR``: vLLM drafts with this separate drafter (EAGLE-3,
+    DFlash, ...) instead of the checkpoint's MTP layers."""

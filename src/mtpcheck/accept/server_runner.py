@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
+from mtpcheck.accept.drafter import Drafter
 from mtpcheck.accept.options import AcceptOptions, ServerOptions
 from mtpcheck.accept.server_engines import ServedRequest
 from mtpcheck.accept.server_http import Server
@@ -119,6 +120,19 @@ def run_server_accept(
     options: AcceptOptions, settings: ServerOptions, log: Callable[[str], None] = lambda _: None
 ) -> Report:
     """Every workload through the server; figures, expectations and verdicts."""
+    drafter = None
+    if settings.drafter is not None:
+        from mtpcheck.accept.drafter import identify_drafter
+
+        if options.checkpoint is not None:
+            raise InputError(
+                options.checkpoint,
+                "CKPT with --drafter: the offline expectation is computed for a checkpoint's "
+                "own MTP layers only, not for a separate drafter; give the target as "
+                "--tokenizer instead",
+            )
+        drafter = identify_drafter(settings.drafter, options.trust_pickle)
+        log(drafter.described())
     server = Server.at(settings.url, settings.timeout)
     served = identify(server, settings.engine, settings.model)
     log(f"{server.base}: {served.title}, model {served.model}")
@@ -151,7 +165,9 @@ def run_server_accept(
         )
         inputs = (summary,)
         results = [(replace(r, expected=e), s) for (r, s), e in zip(results, expected, strict=True)]
-    report = _report(tuple(r for r, _ in results), [s for _, s in results], options, settings)
+    report = _report(
+        tuple(r for r, _ in results), [s for _, s in results], options, settings, drafter
+    )
     return replace(report, inputs=inputs)
 
 
@@ -160,6 +176,7 @@ def _report(
     sent: list[Sent],
     options: AcceptOptions,
     settings: ServerOptions,
+    drafter: Drafter | None = None,
 ) -> Report:
     from mtpcheck.accept.server_profile import hold_to_profile, load_profile, save_profile
 
@@ -178,6 +195,7 @@ def _report(
             r.workload in absent,
             settings.profile,
             comparisons,
+            drafter,
         )  # fmt: skip
         for r, s in zip(results, sent, strict=True)
     ]

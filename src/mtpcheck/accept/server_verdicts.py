@@ -4,9 +4,11 @@ are held to, and what the checkpoint's own drafter accepts offline (whose loss i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mtpcheck.accept.drafter import Drafter
 from mtpcheck.accept.server_profile import Held
 from mtpcheck.accept.stats import Shortfall, shortfall, shown
 from mtpcheck.model import CheckResult, Finding, ServerAcceptance, Status
@@ -162,16 +164,25 @@ def workload_check(
     absent: bool,
     profile: Path | None,
     comparisons: int,
+    drafter: Drafter | None = None,
 ) -> CheckResult:
-    """The check of one workload the server ran."""
+    """The check of one workload the server ran; ``drafter``: the separate drafter the user
+    says the server drafts with (``--drafter``), named with its vLLM method."""
     findings = [figures_finding(r, min_acceptance)]
+    if drafter is not None:
+        first = findings[0]
+        findings[0] = replace(first, details={**first.details, **drafter.details()})
+        findings.append(
+            Finding(r.server, Status.INFO, f"{drafter.described()} (--drafter)", drafter.details())
+        )
     if note:
         findings.append(Finding(r.server, Status.INFO, note))
     if r.draft_tokens:
         findings += expectation_findings(r, comparisons)
         findings += profile_findings(r, held, absent, profile, comparisons)
+    what = "MTP" if drafter is None else f"{drafter.display} drafter ({drafter.method})"
     return CheckResult(
         f"acceptance/{r.workload}",
-        f"MTP acceptance served by {r.engine} on workload {r.workload}",
+        f"{what} acceptance served by {r.engine} on workload {r.workload}",
         tuple(findings),
     )

@@ -1,4 +1,5 @@
-"""Run prompts through vLLM's offline engine with MTP speculative decoding; write its counters.
+"""Run prompts through vLLM's offline engine with speculative decoding (the model's MTP
+layers, or a separate drafter the request names); write its counters.
 
     PYTHON vllm_driver.py REQUEST.json RESULT.json
 
@@ -132,7 +133,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         "tensor_parallel_size": int(request.get("tensor_parallel_size", 1)),
         "pipeline_parallel_size": int(request.get("pipeline_parallel_size", 1)),
         "disable_log_stats": False,  # with it on (LLM's default) the counters stay at 0
-        "speculative_config": {"method": "mtp", "num_speculative_tokens": k},
+        # a separate drafter's {"method": ..., "model": DRAFTER, ...}, else the model's MTP
+        "speculative_config": request.get("speculative_config")
+        or {"method": "mtp", "num_speculative_tokens": k},
         "per_request_spec_decode_metrics": "detailed",
     }
     if request.get("distributed_executor_backend"):
@@ -141,13 +144,18 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         kwargs["language_model_only"] = True
     kwargs.update(request.get("extra", {}))
 
+    spec = kwargs["speculative_config"]
+    how = (
+        "MTP speculative decoding"
+        if spec.get("method") == "mtp" and "model" not in spec
+        else f"speculative decoding method {spec.get('method')!r} (drafter {spec.get('model')})"
+    )
     started = time.monotonic()
     try:
         llm = LLM(**kwargs)
     except Exception as e:  # vLLM raises many kinds; the user needs the reason, in one line
         raise DriverError(
-            f"vLLM {vllm.__version__} could not start the model with MTP speculative decoding "
-            f"(k={k}): {_one_line(e)}"
+            f"vLLM {vllm.__version__} could not start the model with {how} (k={k}): {_one_line(e)}"
         ) from e
     built = time.monotonic()
     params = SamplingParams(

@@ -120,9 +120,11 @@ def run_vllm(
     temperature: float,
     settings: VllmSettings,
     seed: int = 0,
+    speculative_config: dict[str, Any] | None = None,
 ) -> EngineRun:
     """Generate ``new_tokens`` after each prompt with vLLM's MTP speculative decoding (k
-    drafts a step) and return its counters; every failure is one line (exit 2)."""
+    drafts a step), or with ``speculative_config`` (a separate drafter's), and return its
+    counters; every failure is one line (exit 2)."""
     python = settings.python
     if os.sep in python and not os.access(python, os.X_OK):
         raise InputError(python, "--vllm-python: not an executable file")
@@ -140,6 +142,8 @@ def run_vllm(
         "language_model_only": _language_model_only(config),
         "extra": dict(settings.extra),
     }
+    if speculative_config is not None:
+        request["speculative_config"] = speculative_config
     with tempfile.TemporaryDirectory(prefix="mtpcheck-vllm-") as work:
         request_path, result_path = Path(work, "request.json"), Path(work, "result.json")
         request_path.write_text(json.dumps(request), encoding="utf-8")

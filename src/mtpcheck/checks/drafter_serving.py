@@ -9,18 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mtpcheck.families.drafter_kinds import DrafterKind
+from mtpcheck.families.drafters import draft_tokens
 from mtpcheck.model import CheckResult, Finding, Status
-from mtpcheck.model.config_keys import MISSING, is_int, lookup
-
-
-def _draft_tokens(config: Mapping[str, Any]) -> int | None:
-    """The draft length speculators recorded (``proposal_methods[0].speculative_tokens``)."""
-    methods = lookup(config, "speculators_config.proposal_methods")
-    if methods is MISSING or not isinstance(methods, list) or not methods:
-        return None
-    first = methods[0]
-    tokens = first.get("speculative_tokens") if isinstance(first, Mapping) else None
-    return tokens if is_int(tokens) else None
 
 
 def _setting(engine: str, setting: str, note: str = "") -> Finding:
@@ -34,7 +24,7 @@ def serving_settings(kind: DrafterKind, config: Mapping[str, Any], drafter: str)
     findings = []
     if e.vllm:
         spec: dict[str, Any] = {"method": e.vllm, "model": drafter}
-        tokens = _draft_tokens(config)
+        tokens = draft_tokens(config)
         if tokens is not None:
             spec["num_speculative_tokens"] = tokens
         note = (

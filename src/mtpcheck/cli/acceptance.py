@@ -235,6 +235,16 @@ SERVER_OPTIONS: list[Decorator] = [
         "--server: fail a workload whose acceptance at a position falls below this saved "
         "profile's by more than both runs' spread allows.",
     ),
+    click.option(
+        "--drafter",
+        type=click.Path(file_okay=False, path_type=Path),
+        metavar="DIR",
+        help="A separate drafter (EAGLE-3, DFlash, ...) instead of CKPT's MTP layers. With "
+        "--engine vllm: vLLM drafts with it (method from its kind, e.g. eagle3; default k: "
+        "its config's speculative_tokens). With --server: the drafter the server drafts with, "
+        "named with its method in the report (a server does not tell it); give the target as "
+        "--tokenizer, not CKPT.",
+    ),
 ]
 """``--server``: a running OpenAI-compatible server."""
 
@@ -263,6 +273,8 @@ def accept(opts: OutputOptions, **params: Any) -> None:
     given = [o for o in SERVER_ONLY if _given(ctx, o)]
     if given:
         raise click.UsageError(f"--{given[0].replace('_', '-')} needs --server")
+    if args.drafter is not None and args.engine is None:
+        raise click.UsageError("--drafter needs --server or --engine vllm")
     if args.ckpt is None:
         raise click.UsageError("Missing argument 'CKPT' (only --server runs without one).")
     require("accept", "accept on a checkpoint")
@@ -288,6 +300,7 @@ def accept(opts: OutputOptions, **params: Any) -> None:
             teacher_forced=args.engine_teacher_forced,
             plot=args.plot,
             log=opts.log,
+            drafter=args.drafter,
             **_measured(args, opts),
         )
 
@@ -331,6 +344,7 @@ class AcceptArgs:
     request_timeout: float
     save_profile: Path | None
     profile: Path | None
+    drafter: Path | None
 
 
 def _workloads(specs: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
@@ -395,6 +409,15 @@ def _vllm_settings(args: AcceptArgs) -> VllmSettings:
         given = [name for name, used in clashing.items() if used]
         if given:
             raise click.UsageError(f"{given[0]} does not apply to --engine {args.engine}")
+        if args.drafter is not None:
+            mtp_only = {"--teacher-forced": args.engine_teacher_forced,
+                        "--compare": args.compare is not None}  # fmt: skip
+            given = [name for name, used in mtp_only.items() if used]
+            if given:
+                raise click.UsageError(
+                    f"{given[0]} does not apply to --drafter: mtpcheck scores and compares a "
+                    "checkpoint's own MTP layers only"
+                )
     return VllmSettings(
         python=args.vllm_python or _venv_python() or sys.executable,
         tensor_parallel_size=args.tensor_parallel_size,
@@ -452,7 +475,13 @@ def _on_server(
         concurrency=args.concurrency,
         save_profile=args.save_profile,
         profile=args.profile,
+        drafter=args.drafter,
     )
+    if args.drafter is not None and args.ckpt is not None:
+        raise click.UsageError(
+            "--drafter with CKPT: the offline expectation is computed for a checkpoint's own MTP "
+            "layers only; give the target as --tokenizer instead"
+        )
     check_output_path("--save-profile", args.save_profile)
 
     def build() -> Report:

@@ -143,3 +143,17 @@ def read_config(kind: DrafterKind, config: Mapping[str, Any]) -> DrafterConfig:
 def flag_on(value: Any) -> bool:
     """Whether a flag's value turns its tensor on (``true``, or an id such as a mask token)."""
     return value is not None and value is not False
+
+
+def draft_tokens(config: Mapping[str, Any]) -> int | None:
+    """The draft length speculators recorded: ``speculative_tokens`` of its default proposal
+    method (the first where none is named default); None where it records none."""
+    spec = config.get("speculators_config")
+    methods = spec.get("proposal_methods") if isinstance(spec, Mapping) else None
+    if not isinstance(methods, list):
+        return None
+    usable = [m for m in methods if isinstance(m, Mapping)]
+    default = spec.get("default_proposal_method") if isinstance(spec, Mapping) else None
+    chosen = [m for m in usable if m.get("proposal_type") == default] or usable
+    tokens = chosen[0].get("speculative_tokens") if chosen else None
+    return tokens if is_int(tokens) and tokens > 0 else None
