@@ -126,7 +126,10 @@ def test_the_drafter_is_named_in_every_format(run_cli, one_prompt: Path, tmp_pat
     assert run.exit_code == 0, run
     table = " ".join(run.stdout.split())  # the table wraps its columns; words stay whole
     assert "which vLLM drafts with as method 'eagle3' (--drafter)" in table
-    assert "eagle3" in summary.read_text()
+    assert "EAGLE-3 (speculators format) drafter (eagle3) acceptance served by vLLM" in table
+    assert "MTP acceptance" not in table  # the figures' table is titled by the drafter too
+    markdown = summary.read_text()
+    assert "EAGLE-3 (speculators format) drafter (eagle3) acceptance served by vLLM" in markdown
     assert f"drafter {EAGLE3}: EAGLE-3 (speculators format)" in run.stderr  # the log
     with replaying(_vllm_script()) as url:
         run = run_cli("accept", "--server", url, "--drafter", EAGLE3, "--tokenizer", DEEPSEEK,
@@ -216,10 +219,12 @@ def test_engine_vllm_with_the_drafter_counts_as_vllm(run_cli, tmp_path: Path, te
     run = run_cli("accept", TARGET, "--drafter", EAGLE3, "--engine", "vllm",
                   "--vllm-python", SHIMMED, *CPU_ARGS, "--workload", f"small={WORKLOAD}",
                   "--temperature", temperature, "--prompt-tokens", "9", "--new-tokens", "40",
-                  "--format", "json")  # fmt: skip
+                  "--format", "json", "--markdown", tmp_path / "summary.md")  # fmt: skip
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
     (entry,) = report["engine_acceptance"]
+    summary = (tmp_path / "summary.md").read_text()  # the figures' table titled by the drafter
+    assert "EAGLE-3 (speculators format) drafter (eagle3) acceptance in vLLM" in summary
     # the same prompts as mtpcheck sent (its own tokenisation), through vLLM alone
     from mtpcheck.accept.workloads import load_tokenizer, tokenise
 

@@ -31,6 +31,12 @@ class Drafter:
     speculative_tokens: int | None = None
     """The drafts a step its config proposes (speculators' default proposal method), if any."""
 
+    @property
+    def title(self) -> str:
+        """How reports name what is measured: ``EAGLE-3 (speculators format) drafter
+        (eagle3)``."""
+        return f"{self.display} drafter ({self.method})"
+
     def speculative_config(self, k: int) -> dict[str, Any]:
         """vLLM's ``speculative_config`` drafting ``k`` tokens a step with this drafter."""
         return {"method": self.method, "model": str(self.path), "num_speculative_tokens": k}

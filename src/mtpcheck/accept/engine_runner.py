@@ -217,12 +217,13 @@ def run_engine_accept(
     title = "MTP acceptance in vLLM"
     if separate is not None:
         findings = {name: _naming(fs, separate) for name, fs in findings.items()}
-        title = f"{separate.display} drafter ({separate.method}) acceptance in vLLM"
+        title = f"{separate.title} acceptance in vLLM"
+    drafter = "" if separate is None else separate.title
     return Report(
         command="accept",
         inputs=input_summaries(inputs),
         checks=workload_checks(inputs, title, findings, runs.served),
-        engine=tuple(runs.results.values()),
+        engine=tuple(replace(e, drafter=drafter) for e in runs.results.values()),
         engine_deltas=tuple(deltas),
     )
 

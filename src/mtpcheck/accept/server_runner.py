@@ -165,6 +165,8 @@ def run_server_accept(
         )
         inputs = (summary,)
         results = [(replace(r, expected=e), s) for (r, s), e in zip(results, expected, strict=True)]
+    if drafter is not None:
+        results = [(replace(r, drafter=drafter.title), s) for r, s in results]
     report = _report(
         tuple(r for r, _ in results), [s for _, s in results], options, settings, drafter
     )

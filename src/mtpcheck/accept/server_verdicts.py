@@ -180,7 +180,7 @@ def workload_check(
     if r.draft_tokens:
         findings += expectation_findings(r, comparisons)
         findings += profile_findings(r, held, absent, profile, comparisons)
-    what = "MTP" if drafter is None else f"{drafter.display} drafter ({drafter.method})"
+    what = "MTP" if drafter is None else drafter.title
     return CheckResult(
         f"acceptance/{r.workload}",
         f"{what} acceptance served by {r.engine} on workload {r.workload}",

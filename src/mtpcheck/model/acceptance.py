@@ -191,6 +191,10 @@ class EngineAcceptance:
         """Accepted draft tokens / draft tokens (vLLM's headline acceptance rate)."""
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
+    drafter: str = ""
+    """The separate drafter vLLM drafted with (``--drafter``), in words; empty: the
+    checkpoint's own MTP layers."""
+
 
 @dataclass(frozen=True)
 class EngineDelta:
@@ -264,3 +268,6 @@ class ServerAcceptance:
     expected: tuple[Share, ...] = ()
     """With CKPT: per position, what the checkpoint's drafter accepts offline on the same
     prompts by the engine's draft rule (``--online``'s rule); empty otherwise."""
+    drafter: str = ""
+    """The separate drafter the user says the server drafts with (``--drafter``), in words;
+    empty: the model's own MTP layers."""

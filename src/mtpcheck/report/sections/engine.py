@@ -39,11 +39,16 @@ def _rows(e: EngineAcceptance, label: dict[str, str], tf: bool) -> list[tuple[Ce
     return per_position(head, positions, ci(e.mean_acceptance_length))
 
 
+def _what(drafter: str) -> str:
+    """What the table measures: the model's MTP layers, or a separate drafter."""
+    return f"{drafter} acceptance" if drafter else "MTP acceptance"
+
+
 def _table(report: Report) -> tuple[Block, ...]:
     label = ab_labels(e.checkpoint for e in report.engine)
     first = report.engine[0]
     run = f"{first.parallel}, k={first.k}, T={first.temperature:g}, 95% CI over requests"
-    title = f"MTP acceptance in {first.engine} ({run}); {BY_POSITION}"
+    title = f"{_what(first.drafter)} in {first.engine} ({run}); {BY_POSITION}"
     tf = any(e.teacher_forced for e in report.engine)
     optional = ("teacher-forced",) if tf else ()
     names = ("workload", "ckpt", "steps", "pos", "accepted", *optional, "mean length")
@@ -65,7 +70,7 @@ def _markdown(report: Report) -> str:
         f"({first.parallel}, k={first.k}, T={first.temperature:g}, 95% CI over requests; "
         "position i: steps with drafts 1..i accepted)"
     )
-    lead = md_lead(f"MTP acceptance in {first.engine}", detail)
+    lead = md_lead(f"{_what(first.drafter)} in {first.engine}", detail)
     header = ("workload", "checkpoint", "steps", "per position", "mean acceptance length")
     rows = [_md_row(e) for e in report.engine]
     rows += [

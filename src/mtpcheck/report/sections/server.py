@@ -24,11 +24,18 @@ def _rows(r: ServerAcceptance, expected: bool) -> list[tuple[CellLike, ...]]:
     return per_position([r.workload, f"{steps} / {r.requests} req"], positions, tail)
 
 
+def _what(drafter: str) -> str:
+    """What the table measures: the model's MTP layers, or a separate drafter."""
+    return f"{drafter} acceptance" if drafter else "MTP acceptance"
+
+
 def _table(report: Report) -> tuple[Block, ...]:
     first = report.server[0]
     k = first.k if first.k is not None else "?"
     run = f"model {first.model}, k={k}, T={first.temperature:g}, 95% CI over requests"
-    title = f"MTP acceptance served by {first.engine} at {first.server} ({run}); {BY_POSITION}"
+    title = (
+        f"{_what(first.drafter)} served by {first.engine} at {first.server} ({run}); {BY_POSITION}"
+    )
     expected = any(r.expected for r in report.server)
     optional = ("offline",) if expected else ()
     names = ("workload", "steps", "pos", "accepted", *optional, "mean length")
@@ -43,7 +50,7 @@ def _markdown(report: Report) -> str:
         f"(`{md_cell(first.server)}`, model `{md_cell(first.model)}`, k={k}, "
         f"T={first.temperature:g}, 95% CI over requests)"
     )
-    lead = md_lead(f"MTP acceptance served by {first.engine}", detail)
+    lead = md_lead(f"{_what(first.drafter)} served by {first.engine}", detail)
     header = ("workload", "steps", "per position", "offline", "mean acceptance length")
     return md_table(lead, header, (_md_row(r) for r in report.server))
 
