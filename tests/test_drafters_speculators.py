@@ -129,7 +129,8 @@ def test_without_target_the_pairing_is_named_as_not_checked(run_cli) -> None:
                     "eagle_aux_hidden_state_layer_ids",
                     "absent: no engine is told which target layers to tap, and each guesses "
                     "(vLLM 0.32, speculators and llama.cpp's converter (0.3.36) each use (2, 2, 1) "
-                    "of the target's 4 layers); acceptance collapses with nothing in the logs",
+                    "of the target's 4 layers); unless the drafter was trained on exactly those, "
+                    "acceptance collapses with nothing in the logs",
                 )
             ],
         ),

@@ -189,7 +189,8 @@ def taps_check(
             key,
             Status.FAIL,
             f"absent: no engine is told which target layers to tap, and each guesses "
-            f"({_defaults(target_layers)}); acceptance collapses with nothing in the logs",
+            f"({_defaults(target_layers)}); unless the drafter was trained on exactly those, "
+            "acceptance collapses with nothing in the logs",
         )
         return CheckResult("drafter-taps", "Auxiliary layer ids", (f,))
     ids = cfg.taps

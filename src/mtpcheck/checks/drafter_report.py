@@ -39,7 +39,12 @@ Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence
 def drafter_summary(ckpt: Checkpoint, kind: DrafterKind) -> CheckpointSummary:
     """What a report says of a drafter input: its kind where a family would be."""
     analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
-    return replace(summarise(ckpt, analysis), family_display=f"drafter: {kind.display}")
+    summary = replace(summarise(ckpt, analysis), family_display=f"drafter: {kind.display}")
+    if summary.num_hidden_layers is None:  # a drafter format keeps its own count elsewhere
+        summary = replace(summary, num_hidden_layers=read_config(kind, ckpt.config).layers)
+    if kind.mtp_extract or summary.declared_mtp:
+        return summary
+    return replace(summary, declared_by="a drafter beside its target, not MTP layers")
 
 
 def _frozen(kind: DrafterKind, ckpt: Checkpoint) -> bool:
