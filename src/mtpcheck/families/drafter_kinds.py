@@ -193,6 +193,20 @@ _LAYER_OUTPUT_READERS = (
     ("llama.cpp's converter (0.3.36)", "adds one and writes them as dflash.target_layers"),
     ("SGLang", "guesses their numbering from the first id (SGLang PR #25454)"),
 )
+_NATIVE_READERS = (
+    (
+        "SpecForge 0.2.0",
+        "trains on them as 0-based layer indices: SGLang 0.5.14 adds one and captures the "
+        "output of layer k",
+    ),
+    (
+        "vLLM 0.32",
+        "reads them as written: 0 the embedding, k the output of layer k - 1 (one layer "
+        "earlier than SpecForge trained on)",
+    ),
+    ("llama.cpp's converter (0.3.36)", "copies them to the GGUF key eagle3.target_layers"),
+)
+"""A native EAGLE-3 config does not say which trainer numbered its taps."""
 _EAGLE3_CHECKED = (
     "the tensors its config implies (each flag with its tensor), fc's width against its taps "
     "and the target's width, the d2t / t2d maps, the taps; with --target: vocabulary, widths, "
@@ -250,7 +264,7 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
         paths=ConfigPaths(taps=("eagle_config.eagle_aux_hidden_state_layer_ids",)),
         required=("fc.weight", "norm.weight", "lm_head.weight", "midlayer."),
         taps=Taps.HIDDEN_STATE,
-        taps_read=_HIDDEN_STATE_READERS,
+        taps_read=_NATIVE_READERS,
         shared=Shared.OWN_OR_TARGET,
         engines=_VLLM_EAGLE3,
         checked=_EAGLE3_CHECKED,

@@ -1,0 +1,56 @@
+"""Native EAGLE-3 drafters exported by SpecForge 0.2.0 itself (``specforge export --to sglang``,
+``tests/thirdparty/specforge``, NOTES.md there; shipped, not rebuilt in CI: SpecForge installs
+only with its CUDA torch), against the tiny Llama target of the speculators corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parent / "data"
+TARGET = DATA / "speculators" / "llama-target"
+
+
+def _report(run_cli, case: str) -> tuple[int, dict[str, Any]]:
+    run = run_cli("inspect", DATA / "specforge" / case, "--target", TARGET, "--format", "json")
+    return run.exit_code, json.loads(run.stdout)
+
+
+def _findings(report: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
+    found = next(c for c in report["checks"] if c["name"] == check)
+    return [(f["status"], f["subject"], f["message"]) for f in found["findings"]]
+
+
+def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_cli) -> None:
+    code, report = _report(run_cli, "eagle3-native-aux")
+    assert code == 0
+    assert _findings(report, "drafter-kind")[0][:2] == ("pass", "eagle3")
+    taps = _findings(report, "drafter-taps")
+    assert taps[0] == (
+        "pass",
+        "eagle_config.eagle_aux_hidden_state_layer_ids",
+        "[1, 2, 3], increasing inside the target's 4 layers, in the hidden-state index numbering",
+    )
+    said = {subject: message for _, subject, message in taps[1:]}
+    assert said["SpecForge 0.2.0"].startswith("trains on them as 0-based layer indices")
+    assert said["vLLM 0.32"].endswith("(one layer earlier than SpecForge trained on)")
+    assert _findings(report, "drafter-vocab")[0][0] == "pass"
+    assert _findings(report, "pairing-embedding")[0] == (
+        "pass",
+        "embed_tokens.weight",
+        "absent: the engines use the target's",
+    )
+
+
+def test_the_export_without_taps_fails_naming_the_engines_guess(run_cli) -> None:
+    """SpecForge records the taps only where its draft config has them (NOTES.md)."""
+    code, report = _report(run_cli, "eagle3-native")
+    assert code == 1
+    failing = [
+        (c["name"], f["subject"])
+        for c in report["checks"]
+        for f in c["findings"]
+        if f["status"] == "fail"
+    ]
+    assert failing == [("drafter-taps", "eagle_config.eagle_aux_hidden_state_layer_ids")]
