@@ -58,3 +58,33 @@ def loss_is_named(ckpt: Any, analysis: MtpAnalysis, lost: str) -> bool:
     layer = layer_of(lost, family.layout.main_layer_prefix)
     named = lost in text or f"{layer}:" in text or f"{layer} (" in text
     return check.status.value == "fail" and named
+
+
+def every_layer_losses(ckpt: Any, analysis: MtpAnalysis) -> list[tuple[str, list[str]]]:
+    """(relative name, every main layer's tensor of that name) for each name a main layer
+    holds: what a converter that never writes one kind of tensor loses."""
+    family = analysis.family
+    assert family is not None
+    head = family.layout.main_layer_prefix.split("{k}")[0]
+    _, layers = main_tensors(ckpt, analysis)
+    by_rel: dict[str, list[str]] = {}
+    for name in layers:
+        rel = name[len(head) :].split(".", 1)[1]
+        by_rel.setdefault(rel, []).append(name)
+    return sorted(by_rel.items())
+
+
+def losses_are_named(ckpt: Any, analysis: MtpAnalysis, lost: list[str], rel: str) -> bool:
+    """Whether ``main-model`` fails on ``ckpt`` without the tensors ``lost`` (one relative
+    name ``rel`` in every layer holding it) and names the name."""
+    gone = set(lost)
+    tensors = {n: m for n, m in ckpt.tensors.items() if n not in gone}
+    check = main_model_check(
+        Without(ckpt, tensors), analyse(ckpt.config, tensors, ckpt.config_path)
+    )
+    text = " ".join(f"{f.subject}: {f.message}" for f in check.findings)
+    family = analysis.family
+    assert family is not None
+    layers = {layer_of(n, family.layout.main_layer_prefix) for n in lost}
+    named = rel in text or any(f"{x}:" in text or f"{x} (" in text for x in layers)
+    return check.status.value == "fail" and named

@@ -67,6 +67,15 @@ def _inspect(run_cli, path: Path) -> Run:
 # --- the losses of the issue, one by one -----------------------------------------------------
 
 
+def built(family: str) -> str:
+    """What a finding says built the layers a family's definition holds."""
+    from mtpcheck.families.definitions import definition_of
+
+    d = definition_of(family)
+    assert d is not None
+    return f"{d.source}'s {' / '.join(d.built_by)} builds a layer of this kind with them"
+
+
 LOSSES = [
     # (fixture, the names dropped: a prefix ending in "." or one name, main-model's findings)
     pytest.param(
@@ -115,8 +124,8 @@ LOSSES = [
         [
             (
                 "main layer 1 (linear_attention)",
-                "1 tensor(s) of its kind missing (as main layers 0, 2 hold them): "
-                "linear_attn.conv1d.weight",
+                f"1 tensor(s) its definition holds missing ({built('qwen3_5_text')}): "
+                "model.layers.1.linear_attn.conv1d.weight",
             )
         ],
         id="one-tensor-its-kind-others-hold",
@@ -127,8 +136,9 @@ LOSSES = [
         [
             (
                 "main layer 2 (linear_attention)",
-                "module(s) mlp missing, with every tensor in them (as main layers 0, 1 of its "
-                "kind hold them)",
+                f"3 tensor(s) its definition holds missing ({built('qwen3_5_text')}): "
+                "model.layers.2.mlp.down_proj.weight, model.layers.2.mlp.gate_proj.weight, "
+                "model.layers.2.mlp.up_proj.weight",
             )
         ],
         id="a-whole-module-of-a-layer",
@@ -139,8 +149,8 @@ LOSSES = [
         [
             (
                 "main layer 0 (dense)",
-                "1 tensor(s) of its self_attn missing (as main layer 1 holds them): "
-                "self_attn.kv_b_proj.weight",
+                f"1 tensor(s) its definition holds missing ({built('deepseek_v3')}): "
+                "model.layers.0.self_attn.kv_b_proj.weight",
             )
         ],
         id="the-attention-of-a-layer-alone-of-its-kind",
@@ -239,8 +249,8 @@ def test_diff_judges_the_main_model_of_each_side(fixture_copy, run_cli) -> None:
         (
             "fail",
             "B: main layer 0 (dense)",
-            "1 tensor(s) of the layer's own missing (as main layer 1 holds them): "
-            "input_layernorm.weight",
+            f"1 tensor(s) its definition holds missing ({built('glm4_moe')}): "
+            "model.layers.0.input_layernorm.weight",
         )
     ]
 

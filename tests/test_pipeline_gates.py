@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck.families.definitions import definition_of
 from mtpcheck.formats.hub_ref import parse_ref
 from mtpcheck.pipeline import gated_convert
 from mtpcheck.pipeline.output_dir import fresh_output
@@ -149,8 +150,8 @@ def test_roundtrip_source_stage_names_the_main_model_it_checked(
     )
     assert checks["source-main-model"]["findings"][0]["message"] == (
         "2 of 2 decoder layers present, 1 with all 4 routed experts; embedding, final norm and "
-        "head present; each layer held to the others of its kind (2 kinds); 2 the only one of "
-        "its kind, checked for presence and experts only"
+        "head present; each layer held to the others of its kind (2 kinds) and to "
+        f"{definition_of('deepseek_v3').source}'s DeepseekV3ForCausalLM"  # type: ignore[union-attr]
     )
 
 

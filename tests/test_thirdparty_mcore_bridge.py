@@ -174,5 +174,15 @@ def test_an_mtp_layer_the_source_never_had_is_found_untrained(run_cli) -> None:
     assert finding["message"].startswith("all 5 norms hold their initial value (1.0 in every")
     exported = run_cli("inspect", CORPUS / "minimax_m2-mtp1" / "hf", "--format", "json")
     assert exported.exit_code == 1, exported
-    failing = {c["name"] for c in json.loads(exported.stdout)["checks"] if c["status"] == "fail"}
-    assert failing == {"mtp-count", "mtp-layers"}
+    checks = json.loads(exported.stdout)["checks"]
+    failing = {c["name"] for c in checks if c["status"] == "fail"}
+    assert failing == {"main-model", "mtp-count", "mtp-layers"}
+    # the export also left out three tensors of every main layer, which no peer still held:
+    # MiniMax-M2's definition names them (transformers' MiniMaxM2ForCausalLM)
+    (main,) = [c for c in checks if c["name"] == "main-model"]
+    lost = ("block_sparse_moe.e_score_correction_bias", "self_attn.k_norm.weight",
+            "self_attn.q_norm.weight")  # fmt: skip
+    assert [f["subject"] for f in main["findings"]] == ["main layer 0", "main layer 1"]
+    for k, finding in enumerate(main["findings"]):
+        assert finding["message"].startswith("3 tensor(s) its definition holds missing")
+        assert finding["message"].endswith(", ".join(f"model.layers.{k}.{n}" for n in lost))

@@ -162,6 +162,12 @@ def read_layer(
     return replace(structure, shapes=shapes, stacked=stacked)
 
 
+def layer_names(rels: frozenset[str], naming: Naming = Naming.HF) -> frozenset[str]:
+    """A layer's parameters as the checks name them (logical, a routed expert's index
+    ``*``), from its tensor names relative to its prefix."""
+    return _structure(rels, naming)[0].names
+
+
 @functools.lru_cache(maxsize=16)
 def _structure(rels: frozenset[str], naming: Naming) -> tuple[MainLayer, Mapping[str, str]]:
     """What a layer of these relative names holds (shapes left empty), and parameter -> the

@@ -15,14 +15,17 @@ its MLP may then be held to nothing, which the PASS line says.
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mtpcheck.checks.definition_checks import Held, definition_problems
 from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, read_layer
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.families import MtpAnalysis, MtpFamily, hidden_layer_count
+from mtpcheck.families.definitions import Definition, definition_of
 from mtpcheck.families.main_layout import MainLayout, main_layout
 from mtpcheck.families.name_templates import LayerNames, NameTemplate
 from mtpcheck.model import (
@@ -41,6 +44,9 @@ from mtpcheck.units import first_few
 NAME = "main-model"
 TITLE = "Main model held to its config"
 
+_PEERS_SAY = re.compile(r" tensor\(s\) of |^module\(s\) ")
+"""What a peer comparison's message says of tensors a layer lacks (``2 tensor(s) of its kind
+missing``, ``module(s) mlp missing``): the definition's message names them all."""
 _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
 """Kind facts about the MLP alone: layers differing only there share their other modules."""
 _Kind = tuple[tuple[str, str], ...]
@@ -135,9 +141,16 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     peers = _peers(layout, layers, inside, cross)
     mirrored = _mirrored(analysis, tensors, names, naming)
     norms_alike = naming is Naming.HF
-    findings += _layer_findings(layout, layers, peers, mirrored, norms_alike)
+    definition = definition_of(family.key) if naming is Naming.HF else None
+    held = None
+    if definition is not None:
+        template = NameTemplate(family.layout.main_layer_prefix)
+        prefixes = {k: template.main_layer(k) for k in layers}
+        held = definition_problems(definition, layers, prefixes, layout.moe_layers)
+    defined = held.problems if held is not None else {}
+    findings += _layer_findings(layout, layers, peers, mirrored, norms_alike, defined)
     if not any(f.status is Status.FAIL for f in findings):
-        covered = _covered(layout, layers, peers, cross)
+        covered = _covered(layout, layers, peers, cross, definition, held)
         findings.append(Finding("main model", Status.PASS, covered))
     return CheckResult(NAME, TITLE, tuple(findings))
 
@@ -201,11 +214,13 @@ def _layer_findings(
     peers: Mapping[_Kind, list[int]],
     mirrored: Mapping[int, list[tuple[str, MainLayer]]],
     norms_alike: bool,
+    defined: Mapping[int, list[str]],
 ) -> list[Finding]:
     """One finding per damaged main layer. ``mirrored``: the MTP blocks that
     mirror a main layer, by its number; ``norms_alike``: every decoder layer has the same
     norms whatever its kind (transformers' layers; megatron-core's hybrid stack names a
-    Mamba, an attention and an MLP layer's norm each its own way)."""
+    Mamba, an attention and an MLP layer's norm each its own way); ``defined``: what a layer
+    lacks of its family's definition, which stands for what its peers say it lacks."""
     findings = []
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup] = {}
     for kind, kind_layers in peers.items():
@@ -218,6 +233,8 @@ def _layer_findings(
             problems = _layer_problems(k, layout, layers, kind_layers, groups)
             if not problems and len(kind_layers) == 1:
                 problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
+            if k in defined:  # the definition names every lost tensor; peers name fewer
+                problems = defined[k] + [p for p in problems if not _PEERS_SAY.search(p)]
             if problems:
                 words = layout.kind_words(k)
                 subject = f"main layer {k}" + (f" ({words})" if words else "")
@@ -465,6 +482,8 @@ def _covered(
     layers: Mapping[int, MainLayer],
     peers: Mapping[_Kind, list[int]],
     cross: bool,
+    definition: Definition | None = None,
+    held: Held | None = None,
 ) -> str:
     """What the PASS covers, in words: what was held to what, and what was not."""
     assert layout.layers is not None
@@ -483,6 +502,12 @@ def _covered(
     alone = sum(1 for members in peers.values() if len(members) == 1)
     kinds = f"{len(peers)} kinds" if len(peers) > 1 else "one kind"
     tail = f"each layer held to the others of its kind ({kinds})"
+    if definition is not None and held is not None and held.described:
+        built = " / ".join(definition.built_by)
+        which = "" if held.described == len(layers) else f" ({held.described} of them)"
+        tail += f" and to {definition.source}'s {built}{which}"
+        if held.described == len(layers):
+            return f"{', '.join(parts)}; {head}; {tail}"
     if alone:
         tail += f"; {alone} the only one of its kind, checked for presence and experts only"
     return f"{', '.join(parts)}; {head}; {tail}"

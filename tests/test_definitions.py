@@ -1,0 +1,113 @@
+"""The main model held to its family's definition: every parameter the model's own code builds
+a layer with (``src/mtpcheck/families/definitions.json``, written by
+``scripts/model_definitions.py`` with transformers on the meta device). The losses a peer
+comparison cannot see, a tensor gone from every layer of a kind or from the one layer of its
+kind, fail and are named in full."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtpcheck.checks.main_model_checks import main_model_check
+from mtpcheck.families import analyse
+from mtpcheck.families.definitions import definition_of, without_definition
+from mtpcheck.formats import open_checkpoint
+from tests.conftest import FIXTURES
+from tests.main_model_losses import Without
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _failing(fixture: str, lost: str) -> list[tuple[str, str]]:
+    """``main-model``'s failing findings on ``fixture`` without every tensor matching the
+    regular expression ``lost`` (MTP layers included)."""
+    ckpt = open_checkpoint(FIXTURES / fixture)
+    gone = [n for n in ckpt.tensors if re.fullmatch(lost, n)]
+    assert gone, lost
+    tensors = {n: m for n, m in ckpt.tensors.items() if n not in gone}
+    check = main_model_check(Without(ckpt, tensors), analyse(ckpt.config, tensors, None))
+    return [(f.subject, f.message) for f in check.findings if f.status.value == "fail"]
+
+
+# the six losses that passed before: each is a checkpoint transformers loads with missing keys
+@pytest.mark.parametrize(
+    ("fixture", "lost", "subject", "named"),
+    [
+        # DeepSeek-V3's dense first layer without its MLP's gate projection
+        ("deepseek_v3", r"model\.layers\.0\.mlp\.gate_proj\.weight", "main layer 0",
+         "model.layers.0.mlp.gate_proj.weight"),
+        # GLM-4.5 with a norm gone from every main layer (and the MTP layer)
+        ("glm4_moe", r"model\.layers\.\d+\.post_attention_layernorm\.weight", "main layer 0",
+         "model.layers.0.post_attention_layernorm.weight"),
+        # DeepSeek-V3's router bias gone from every layer, the MTP block's included
+        ("deepseek_v3", r".*e_score_correction_bias", "main layer 1",
+         "model.layers.1.mlp.gate.e_score_correction_bias"),
+        # Nemotron-H's Mamba layer without D
+        ("nemotron_h", r"backbone\.layers\.0\.mixer\.D", "main layer 0",
+         "backbone.layers.0.mixer.D"),
+        # Qwen3-Next's linear-attention layer without dt_bias
+        ("qwen3_next", r"model\.layers\.0\.linear_attn\.dt_bias", "main layer 0",
+         "model.layers.0.linear_attn.dt_bias"),
+        # Step-3.7's one sparse layer without its shared expert
+        ("step3p7", r"model\.layers\.1\.share_expert\..*", "main layer 1",
+         "model.layers.1.share_expert.down_proj.weight"),
+    ],
+)  # fmt: skip
+def test_a_loss_no_peer_shows_fails_by_name(
+    fixture: str, lost: str, subject: str, named: str
+) -> None:
+    failing = _failing(fixture, lost)
+    assert any(s.startswith(subject) and named in m for s, m in failing), failing
+    message = next(m for s, m in failing if s.startswith(subject))
+    built = " / ".join(definition_of(_family(fixture)).built_by)  # type: ignore[union-attr]
+    assert f"transformers {_transformers()}'s {built} builds a layer of this kind" in message
+
+
+def _family(fixture: str) -> str:
+    ckpt = open_checkpoint(FIXTURES / fixture)
+    family = analyse(ckpt.config, ckpt.tensors, None).family
+    assert family is not None
+    return family.key
+
+
+def _transformers() -> str:
+    table = json.loads((ROOT / "src/mtpcheck/families/definitions.json").read_text())
+    return str(table["produced_by"]["transformers"])
+
+
+def test_the_pass_line_says_what_the_layers_were_held_to(run_cli) -> None:
+    run = run_cli("inspect", FIXTURES / "deepseek_v3", "--format", "json")
+    [found] = next(c for c in json.loads(run.stdout)["checks"] if c["name"] == "main-model")[
+        "findings"
+    ]
+    assert found["message"].endswith(
+        f"each layer held to the others of its kind (2 kinds) and to transformers "
+        f"{_transformers()}'s DeepseekV3ForCausalLM"
+    )
+
+
+def test_families_without_a_definition_say_why() -> None:
+    without = without_definition()
+    assert without["deepseek_v4"] == "transformers has no class"
+    assert without["kimi_k3"] == "transformers has no class"
+    for key in without:
+        assert definition_of(key) is None
+
+
+def test_the_definitions_are_what_this_transformers_builds() -> None:
+    """Regenerated here and compared: a transformers release that renames or adds a
+    parameter, or a family's new fixture, changes what is built (rewrite the file with the
+    script); the versions alone may differ."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "model_definitions.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
