@@ -111,3 +111,31 @@ def test_the_definitions_are_what_this_transformers_builds() -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+PUBLISHED = ROOT / "tests" / "data" / "published_configs"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "deepseek_v3__DeepSeek-V3",  # 61 layers, 3 dense: one of each kept
+        "nemotron_h__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",  # the hybrid pattern
+        "qwen3_5_moe__Qwen3.5-35B-A3B",  # layer types, a VLM's names
+        "glm_moe_dsa__GLM-5",  # the indexer
+    ],
+)
+def test_every_single_tensor_loss_of_a_published_config_fails(name: str, tmp_path: Path) -> None:
+    """``roundtrip --synthetic``'s builder on the published config: the checkpoint passes,
+    and each of its main-model tensors taken out fails and is named."""
+    from mtpcheck.convert.synthetic import build_synthetic
+    from tests.main_model_losses import loss_is_named, main_tensors
+
+    built = build_synthetic(PUBLISHED / f"{name}.json", tmp_path / "tiny")
+    ckpt = open_checkpoint(built)
+    analysis = analyse(ckpt.config, ckpt.tensors, ckpt.config_path)
+    assert main_model_check(ckpt, analysis).status.value == "pass"
+    top, layers = main_tensors(ckpt, analysis)
+    unseen = [n for n in [*top, *layers] if not loss_is_named(ckpt, analysis, n)]
+    assert unseen == []
+    assert len(layers) > 20
