@@ -139,3 +139,24 @@ def test_every_single_tensor_loss_of_a_published_config_fails(name: str, tmp_pat
     unseen = [n for n in [*top, *layers] if not loss_is_named(ckpt, analysis, n)]
     assert unseen == []
     assert len(layers) > 20
+
+
+def test_a_tensor_no_layer_of_the_definition_holds_warns() -> None:
+    """A layer holding a parameter its definition never builds (an old export's rotary
+    buffer) is left to its peers, and the name is warned of."""
+    import dataclasses
+
+    ckpt = open_checkpoint(FIXTURES / "deepseek_v3")
+    tensors = dict(ckpt.tensors)
+    norm = tensors["model.layers.1.input_layernorm.weight"]
+    extra = "model.layers.1.self_attn.rotary_emb.inv_freq"
+    tensors[extra] = dataclasses.replace(norm, name=extra)
+    check = main_model_check(Without(ckpt, tensors), analyse(ckpt.config, tensors, None))
+    found = [(f.status.value, f.subject, f.message) for f in check.findings]
+    warned = [f for f in found if f[0] == "warn"]
+    assert [w[1] for w in warned] == ["main layers"]
+    assert warned[0][2].startswith("1 tensor(s) no layer of transformers ")
+    assert warned[0][2].endswith(f": {extra}")
+    [passed] = [f for f in found if f[0] == "pass"]
+    assert passed[2].endswith("DeepseekV3ForCausalLM (1 of them); 1 the only one of its kind, "
+                              "checked for presence and experts only")  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from mtpcheck.checks.main_layers import MainLayer
 from mtpcheck.families.definitions import Definition
+from mtpcheck.model import Finding, Status
 from mtpcheck.params import FUSED_EXPERTS
 from mtpcheck.units import first_few
 
@@ -98,8 +99,10 @@ class Held:
 
     problems: Mapping[int, list[str]]
     """Layer number -> what it lacks of its definition (only layers that lack some)."""
-    described: int
+    described: frozenset[int]
     """Layers the definition describes (the others hold a parameter it does not know)."""
+    unknown: Mapping[int, frozenset[str]]
+    """Layer number -> the parameters it holds that no variant of its definition has."""
 
 
 def definition_problems(
@@ -109,13 +112,35 @@ def definition_problems(
     moe_layers: frozenset[int] | None,
 ) -> Held:
     """Every present main layer held to ``definition``."""
-    found, described = {}, 0
+    found: dict[int, list[str]] = {}
+    unknown: dict[int, frozenset[str]] = {}
+    described: set[int] = set()
+    known = frozenset().union(*(_normal(v) for v in definition.layers))
     for k, layer in layers.items():
         moe = None if moe_layers is None else k in moe_layers
         said = problems(definition, prefix_of[k], layer, moe)
         if said is None:
+            unknown[k] = held(layer) - known
             continue
-        described += 1
+        described.add(k)
         if said:
             found[k] = said
-    return Held(found, described)
+    return Held(found, frozenset(described), unknown)
+
+
+def unknown_finding(
+    definition: Definition, held_: Held, prefix_of: Mapping[int, str]
+) -> Finding | None:
+    """A WARN naming the parameters main layers hold that no layer of the definition has
+    (an engine built from the model code refuses or drops them); None where there are none."""
+    if not held_.unknown:
+        return None
+    names = sorted(prefix_of[k] + n for k, ns in held_.unknown.items() for n in ns)
+    built = " / ".join(definition.built_by)
+    return Finding(
+        "main layers",
+        Status.WARN,
+        f"{len(names)} tensor(s) no layer of {definition.source}'s {built} holds (a layer kind "
+        f"or option its configs do not show; those layers are held to their peers only): "
+        f"{first_few(names, 4)}",
+    )

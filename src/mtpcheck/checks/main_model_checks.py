@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mtpcheck.checks.definition_checks import Held, definition_problems
+from mtpcheck.checks.definition_checks import Held, definition_problems, unknown_finding
 from mtpcheck.checks.main_layers import MLP_BLOCKS, MainLayer, read_layer
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.families import MtpAnalysis, MtpFamily, hidden_layer_count
@@ -148,7 +148,13 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
         prefixes = {k: template.main_layer(k) for k in layers}
         held = definition_problems(definition, layers, prefixes, layout.moe_layers)
     defined = held.problems if held is not None else {}
-    findings += _layer_findings(layout, layers, peers, mirrored, norms_alike, defined)
+    # a peer's tensor no layer of the definition holds is no loss of the layers without it
+    foreign = frozenset().union(*held.unknown.values()) if held is not None else frozenset()
+    layer_findings = _layer_findings(layout, layers, peers, mirrored, norms_alike, defined)
+    findings += [f for f in layer_findings if not _only_foreign(f, foreign)]
+    if definition is not None and held is not None:
+        unknown = unknown_finding(definition, held, prefixes)
+        findings += [unknown] if unknown is not None else []
     if not any(f.status is Status.FAIL for f in findings):
         covered = _covered(layout, layers, peers, cross, definition, held)
         findings.append(Finding("main model", Status.PASS, covered))
@@ -240,6 +246,15 @@ def _layer_findings(
                 subject = f"main layer {k}" + (f" ({words})" if words else "")
                 findings.append(Finding(subject, Status.FAIL, "; ".join(problems)))
     return sorted(findings, key=lambda f: int(f.subject.split()[2]))
+
+
+def _only_foreign(finding: Finding, foreign: frozenset[str]) -> bool:
+    """A finding whose every message part names only tensors no layer of the definition
+    holds (a peer's extra buffer held against the layers that rightly lack it)."""
+    if not foreign:
+        return False
+    parts = finding.message.split("; ")
+    return all(_PEERS_SAY.search(p) and p.rsplit(": ", 1)[-1] in foreign for p in parts)
 
 
 def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
@@ -502,12 +517,12 @@ def _covered(
     alone = sum(1 for members in peers.values() if len(members) == 1)
     kinds = f"{len(peers)} kinds" if len(peers) > 1 else "one kind"
     tail = f"each layer held to the others of its kind ({kinds})"
-    if definition is not None and held is not None and held.described:
+    described = held.described if held is not None else frozenset()
+    if definition is not None and described:
         built = " / ".join(definition.built_by)
-        which = "" if held.described == len(layers) else f" ({held.described} of them)"
+        which = "" if len(described) == len(layers) else f" ({len(described)} of them)"
         tail += f" and to {definition.source}'s {built}{which}"
-        if held.described == len(layers):
-            return f"{', '.join(parts)}; {head}; {tail}"
+        alone = sum(1 for ms in peers.values() if len(ms) == 1 and ms[0] not in described)
     if alone:
         tail += f"; {alone} the only one of its kind, checked for presence and experts only"
     return f"{', '.join(parts)}; {head}; {tail}"
