@@ -61,9 +61,8 @@ def test_a_short_comparison_prints_nothing() -> None:
 
 
 def test_progress_goes_to_stderr_and_quiet_silences_it(run_cli, monkeypatch) -> None:
-    from mtpcheck import ticker
 
-    monkeypatch.setattr(ticker, "INTERVAL", 0.0)
+    monkeypatch.setenv("MTPCHECK_PROGRESS_INTERVAL", "0")
     args = ["diff", FIXTURES / "deepseek_v3", FIXTURES / "deepseek_v3", "--all", "--format", "json"]
     loud = run_cli(*args)
     assert loud.exit_code == 0, loud
@@ -97,11 +96,10 @@ def test_a_long_list_is_cut_short_one_way_everywhere() -> None:
 
 
 def test_converters_report_progress(monkeypatch, tmp_path) -> None:
-    from mtpcheck import ticker
     from mtpcheck.convert.builtin import hf_to_megatron, megatron_to_hf
     from mtpcheck.formats import open_checkpoint
 
-    monkeypatch.setattr(ticker, "INTERVAL", 0.0)
+    monkeypatch.setenv("MTPCHECK_PROGRESS_INTERVAL", "0")
     lines: list[str] = []
     hf = open_checkpoint(FIXTURES / "mimo")
     out = hf_to_megatron(hf, tmp_path / "m", durable=False, log=lines.append)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from mtpcheck.errors import MtpcheckError
+from mtpcheck.settings import SettingError
 from mtpcheck.torch_threads import (
     THREADS_ENV,
-    ThreadsSettingError,
     allowed_cpus,
     chosen_threads,
 )
@@ -106,7 +106,7 @@ def test_the_rule_as_a_function() -> None:
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5", "auto2"])
 def test_a_bad_setting_is_refused(bad: str) -> None:
-    with pytest.raises(ThreadsSettingError, match=THREADS_ENV) as caught:
+    with pytest.raises(SettingError, match=THREADS_ENV) as caught:
         chosen_threads({THREADS_ENV: bad})
     assert isinstance(caught.value, MtpcheckError)  # the CLI says it in one line, exit 2
 

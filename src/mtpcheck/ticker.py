@@ -8,25 +8,19 @@ bar on every step instead of printing lines, and prints only the closing line.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from mtpcheck.settings import PROGRESS_INTERVAL
 from mtpcheck.units import human_duration, human_size
-
-INTERVAL = 5.0
-"""Seconds between progress lines; ``MTPCHECK_PROGRESS_INTERVAL`` overrides it."""
-INTERVAL_ENV = "MTPCHECK_PROGRESS_INTERVAL"
 
 
 def default_interval() -> float:
-    """Seconds between progress lines: ``MTPCHECK_PROGRESS_INTERVAL`` when set to a number,
-    else :data:`INTERVAL`."""
-    try:
-        return max(0.0, float(os.environ[INTERVAL_ENV]))
-    except (KeyError, ValueError):
-        return INTERVAL
+    """Seconds between progress lines: ``MTPCHECK_PROGRESS_INTERVAL``
+    (:data:`mtpcheck.settings.PROGRESS_INTERVAL`, default 5)."""
+    found = PROGRESS_INTERVAL.value()
+    return 5.0 if found is None else found
 
 
 class LiveBar(Protocol):

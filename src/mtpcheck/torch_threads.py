@@ -30,17 +30,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from mtpcheck.errors import MtpcheckError
+from mtpcheck.settings import TORCH_THREADS
 
-THREADS_ENV = "MTPCHECK_TORCH_THREADS"
+THREADS_ENV = TORCH_THREADS.name
 """``N`` or ``auto``: torch's intra-op threads for mtpcheck's work (see the module's rule)."""
-AUTO = "auto"
 DEFAULT_THREADS = 1
 """Without a choice by the user: one thread, which does not collapse on a busy machine."""
-
-
-class ThreadsSettingError(MtpcheckError):
-    """``MTPCHECK_TORCH_THREADS`` holds neither a positive integer nor ``auto`` (exit 2)."""
 
 
 def allowed_cpus() -> int:
@@ -53,19 +48,12 @@ def allowed_cpus() -> int:
 def chosen_threads(environ: Mapping[str, str] | None = None) -> int | None:
     """Intra-op threads by the rule, or ``None`` where the user's ``OMP_NUM_THREADS`` decides.
 
-    Raises :class:`ThreadsSettingError` for a ``MTPCHECK_TORCH_THREADS`` that is neither a
-    positive integer nor ``auto`` (a typo must not silently fall back to the default).
+    Raises :class:`~mtpcheck.settings.SettingError` for a ``MTPCHECK_TORCH_THREADS`` that is
+    neither a positive integer nor ``auto`` (a typo must not silently fall back to the default).
     """
     env = os.environ if environ is None else environ
-    setting = env.get(THREADS_ENV, "").strip()
-    if setting:
-        if setting.lower() == AUTO:
-            return allowed_cpus()
-        if setting.isdigit() and int(setting) > 0:
-            return int(setting)
-        raise ThreadsSettingError(
-            f"{THREADS_ENV}={setting!r}: expected a positive number of threads or {AUTO!r}"
-        )
+    if env.get(THREADS_ENV, "").strip():
+        return TORCH_THREADS.value(env) or allowed_cpus()  # None: ``auto``
     if env.get("OMP_NUM_THREADS", "").strip():
         return None
     return DEFAULT_THREADS

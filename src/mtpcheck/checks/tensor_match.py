@@ -16,7 +16,6 @@ Results keep the order of the request whatever the threads do.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from mtpcheck.checks.widening import values_differing
 from mtpcheck.chunks import rechunk
 from mtpcheck.dtypes import DTYPES, Kind, is_fp8, itemsize, top_bits_of
 from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
+from mtpcheck.settings import THREADS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,16 +36,11 @@ READ_BYTES = 1024 * 1024
 """Read size of the fast path: two such buffers per thread stay in the CPU cache."""
 SEGMENT_BYTES = 64 * 1024 * 1024
 """Unit of work of one thread on the fast path (a multiple of READ_BYTES)."""
-THREADS_ENV = "MTPCHECK_THREADS"
-DEFAULT_THREADS = 4
 
 
 def io_threads() -> int:
-    """Threads of the fast path: ``$MTPCHECK_THREADS`` or 4."""
-    try:
-        return max(1, int(os.environ.get(THREADS_ENV, "")))
-    except ValueError:
-        return DEFAULT_THREADS
+    """Threads of the fast path: ``$MTPCHECK_THREADS`` (:data:`mtpcheck.settings.THREADS`)."""
+    return THREADS.value() or 1
 
 
 def compare(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from mtpcheck.dtypes import COMPUTE_DTYPE_CHOICES
 from mtpcheck.extras import require
 from mtpcheck.model import Report
 from mtpcheck.model.modes import ChainHidden, DraftRule, OnlineEngine
+from mtpcheck.settings import VLLM_VENV
 
 if TYPE_CHECKING:
     from mtpcheck.accept.vllm_engine import VllmSettings
@@ -495,5 +495,5 @@ def _on_server(
 def _venv_python() -> str | None:
     """The interpreter of the venv ``MTPCHECK_VLLM_VENV`` names (vLLM's pins often need a
     venv of their own), or None."""
-    venv = os.environ.get("MTPCHECK_VLLM_VENV")
-    return str(Path(venv, "bin", "python")) if venv else None
+    venv = VLLM_VENV.value()
+    return str(venv / "bin" / "python") if venv is not None else None

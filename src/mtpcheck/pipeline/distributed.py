@@ -41,11 +41,8 @@ from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import runs_of_bytes
 from mtpcheck.pipeline.roundtrip import Conversions, Opened, check, convert, open_outputs
 from mtpcheck.pipeline.stages import RoundtripOptions, make_workdir, release_workdir
+from mtpcheck.settings import DIST_TIMEOUT
 from mtpcheck.ticker import Ticker
-
-TIMEOUT_ENV = "MTPCHECK_DIST_TIMEOUT"
-DEFAULT_TIMEOUT_S = 4 * 3600
-"""How long a rank waits for the others at a collective (a large share takes a while)."""
 
 _TORCHRUN_ENV = {
     "RANK",
@@ -129,10 +126,8 @@ class _Ranks:
         import torch.distributed as dist
 
         self.dist = dist
-        try:
-            timeout = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
-        except ValueError:
-            timeout = DEFAULT_TIMEOUT_S
+        # how long a rank waits for the others at a collective (a large share takes a while)
+        timeout = DIST_TIMEOUT.value() or DIST_TIMEOUT.default or 0.0
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()

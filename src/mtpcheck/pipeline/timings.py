@@ -27,8 +27,8 @@ from pathlib import Path
 
 from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.model import Checkpoint, TensorComparison
+from mtpcheck.settings import TIMINGS
 
-TIMINGS_ENV = "MTPCHECK_TIMINGS"
 COMPARE_STAGES = ("compare-stage1", "compare-stage2")
 """What the round trip's comparison calls are, in the order it makes them (one per stage)."""
 
@@ -54,8 +54,8 @@ class StageClock:
     @classmethod
     def from_env(cls) -> StageClock | None:
         """A clock writing to ``$MTPCHECK_TIMINGS``; None when the variable is unset or empty."""
-        where = os.environ.get(TIMINGS_ENV)
-        return cls(Path(where)) if where else None
+        where = TIMINGS.value()
+        return cls(where) if where is not None else None
 
     def add(self, stage: str, seconds: float, nbytes: int = 0) -> None:
         """Record ``stage`` as having taken ``seconds`` (and written ``nbytes``)."""
