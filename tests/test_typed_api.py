@@ -15,6 +15,7 @@ from pathlib import Path
 
 import mtpcheck
 from mtpcheck import api
+from mtpcheck.testing import assert_mtp_intact, assert_mtp_preserved
 
 
 def audit(path: Path) -> bool:
@@ -25,6 +26,11 @@ def audit(path: Path) -> bool:
 
 def compare(a: Path, b: Path) -> int:
     return len(api.diff(a, b, all_tensors=True).tensors)
+
+
+def in_a_converters_tests(a: Path, b: Path) -> None:
+    assert_mtp_intact(a, fetch=False)
+    assert_mtp_preserved(a, b, all_tensors=True)
 """
 
 
@@ -46,7 +52,8 @@ def test_a_users_strict_type_check_of_api_calls_passes(tmp_path: Path) -> None:
         timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    # and a misuse is caught: the keyword is all_tensors, not all_tenors
+    # and a misuse is caught, in the API and in the testing helpers alike: the keyword is
+    # all_tensors, not all_tenors
     user.write_text(USER_CODE.replace("all_tensors=True", "all_tenors=True"))
     run = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(user)],
@@ -56,4 +63,5 @@ def test_a_users_strict_type_check_of_api_calls_passes(tmp_path: Path) -> None:
         cwd=tmp_path,
         timeout=600,
     )
-    assert run.returncode == 1 and 'Unexpected keyword argument "all_tenors"' in run.stdout
+    assert run.returncode == 1
+    assert run.stdout.count('Unexpected keyword argument "all_tenors"') == 2, run.stdout

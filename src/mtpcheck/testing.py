@@ -13,11 +13,13 @@ test runner shows what broke; the report is returned when nothing failed.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import ParamSpec
 
 from mtpcheck.api import diff, inspect, roundtrip
 from mtpcheck.model import Report, Status
+
+P = ParamSpec("P")
 
 
 def failing_findings(report: Report) -> list[str]:
@@ -32,6 +34,7 @@ def failing_findings(report: Report) -> list[str]:
 
 def assert_no_findings(report: Report) -> Report:
     """Fail (``AssertionError``) unless ``report`` passes, naming each failing finding."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
     failing = failing_findings(report)
     if failing or not report.ok:
         inputs = ", ".join(i.path for i in report.inputs) or "no input"
@@ -42,22 +45,34 @@ def assert_no_findings(report: Report) -> Report:
     return report
 
 
-def assert_mtp_intact(path: str | Path, **options: Any) -> Report:
+def _asserting(command: Callable[P, Report], doc: str) -> Callable[P, Report]:
+    """``command`` of :mod:`mtpcheck.api`, asserted to pass: the same parameters, typed from
+    its signature (a misspelt keyword is a type error), and its report returned."""
+
+    def asserted(*args: P.args, **kwargs: P.kwargs) -> Report:
+        __tracebackhide__ = True
+        return assert_no_findings(command(*args, **kwargs))
+
+    asserted.__doc__ = doc
+    asserted.__wrapped__ = command  # type: ignore[attr-defined]
+    return asserted
+
+
+assert_mtp_intact = _asserting(
+    inspect,
     """The checkpoint at ``path`` declares its MTP layers and holds them whole
-    (:func:`mtpcheck.api.inspect` passes; ``options`` are its keywords)."""
-    return assert_no_findings(inspect(path, **options))
-
-
-def assert_mtp_preserved(source: str | Path, converted: str | Path, **options: Any) -> Report:
-    """``converted`` holds ``source``'s MTP layers bit for bit, in either format
-    (:func:`mtpcheck.api.diff` passes; ``options`` are its keywords, e.g. ``all_tensors``)."""
-    return assert_no_findings(diff(source, converted, **options))
-
-
-def assert_roundtrip(path: str | Path, **options: Any) -> Report:
-    """HF -> Megatron -> HF keeps the MTP layers (:func:`mtpcheck.api.roundtrip` passes;
-    ``options`` are its keywords, e.g. your converters as ``to_megatron`` and ``to_hf``)."""
-    return assert_no_findings(roundtrip(path, **options))
+    (:func:`mtpcheck.api.inspect` passes; its keywords, e.g. ``target`` for a drafter).""",
+)
+assert_mtp_preserved = _asserting(
+    diff,
+    """``b`` holds ``a``'s MTP layers bit for bit, in either format (:func:`mtpcheck.api.diff`
+    passes; its keywords, e.g. ``all_tensors``).""",
+)
+assert_roundtrip = _asserting(
+    roundtrip,
+    """HF -> Megatron -> HF keeps the MTP layers (:func:`mtpcheck.api.roundtrip` passes; its
+    keywords, e.g. your converters as ``to_megatron`` and ``to_hf``).""",
+)
 
 
 __all__ = [
