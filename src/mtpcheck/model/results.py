@@ -187,3 +187,13 @@ class Report:
     def ok(self) -> bool:
         """True when no check fails the run (:attr:`failing`)."""
         return not self.failing
+
+    def check(self, name: str) -> CheckResult:
+        """The check named ``name`` (``mtp-count``); a KeyError naming the report's checks
+        where it has none of that name."""
+        for found in self.checks:
+            if found.name == name:
+                return found
+        raise KeyError(
+            f"no check {name!r} in this report: {', '.join(c.name for c in self.checks)}"
+        )
