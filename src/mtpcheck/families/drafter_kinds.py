@@ -288,8 +288,8 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
         engines=Engines(
             vllm="dspark",
             sglang="DSPARK",
-            llama_cpp="draft-dspark",
-            other="llama.cpp requires the GGUF key dspark.block_size",
+            other="llama.cpp's converter (0.3.36) writes a DSpark drafter as its dflash "
+            "architecture",
         ),
         checked="the tensors its kind holds, fc's width, the taps; with --target: widths and "
         "taps inside the target",
@@ -363,7 +363,7 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
         taps=Taps.NONE,
         shared=Shared.TARGET,
         engines=Engines(
-            other="speculators' scripts/stitch_mtp.py writes it back into the target, which is "
+            other="`speculators stitch-mtp` (0.9.0) writes it back into the target, which is "
             "then served with its own MTP method",
         ),
         checked="its layer's tensors; with --target or diff: every tensor against the "
