@@ -24,8 +24,9 @@ DOCS = ROOT / "docs"
 PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
 
 
-def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_families", DOCS / "hooks" / "families.py")
+def _hook(name: str = "families") -> ModuleType:
+    """The MkDocs hook ``docs/hooks/NAME.py``, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / "hooks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -33,17 +34,7 @@ def _hook() -> ModuleType:
 
 
 HOOK = _hook()
-
-
-def _drafters_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_drafters", DOCS / "hooks" / "drafters.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DRAFTERS_HOOK = _drafters_hook()
+DRAFTERS_HOOK = _hook("drafters")
 
 
 def test_the_drafters_page_gets_a_row_per_kind_in_both_tables() -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import FIXTURES
+from tests.report_views import failing_of
 
 ASSISTANT = FIXTURES / "gemma4_assistant"
 
@@ -32,15 +32,6 @@ def _target(dest: Path, hidden: int, layer_types: list[str]) -> Path:
     )
     transformers.Gemma4ForCausalLM(config).save_pretrained(dest)
     return dest
-
-
-def _failing(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [
-        (c["name"], f["subject"], f["message"])
-        for c in report["checks"]
-        for f in c["findings"]
-        if f["status"] == "fail"
-    ]
 
 
 @pytest.mark.parametrize(
@@ -80,6 +71,6 @@ def test_the_assistant_against_its_target(
     target = _target(tmp_path / "target", hidden, layer_types)
     run = run_cli("inspect", ASSISTANT, "--target", target, "--format", "json")
     report = json.loads(run.stdout)
-    assert (run.exit_code, _failing(report)) == (1 if failing else 0, failing)
+    assert (run.exit_code, failing_of(report)) == (1 if failing else 0, failing)
     kinds = [c for c in report["checks"] if c["name"] == "drafter-kind"]
     assert kinds[0]["findings"][0]["subject"] == "gemma4-assistant"

@@ -5,7 +5,6 @@ model absent, one hidden layer, the embedding and head left out on purpose)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, flip_bit, tensor_offset
+from tests.report_views import findings_of, report_of
 
 SGLANG = Path(__file__).resolve().parent / "data" / "sglang"
 NEXTN = SGLANG / "deepseek_v3-nextn"
@@ -21,24 +21,14 @@ TARGET = FIXTURES / "deepseek_v3"
 LAYER_FILE = "nextn_layer_parameters.safetensors"
 
 
-def _report(run_cli, *args: str | Path) -> tuple[int, dict[str, Any]]:
-    run = run_cli(*args, "--format", "json")
-    return run.exit_code, json.loads(run.stdout)
-
-
-def _findings(report: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
-    found = next(c for c in report["checks"] if c["name"] == check)
-    return [(f["status"], f["subject"], f["message"]) for f in found["findings"]]
-
-
 def _checks(report: dict[str, Any]) -> list[str]:
     return [c["name"] for c in report["checks"]]
 
 
 def test_the_export_is_the_targets_mtp_layer_bit_for_bit(run_cli) -> None:
-    code, report = _report(run_cli, "inspect", NEXTN, "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", NEXTN, "--target", TARGET)
     assert code == 0
-    assert _findings(report, "drafter-mtp") == [
+    assert findings_of(report, "drafter-mtp") == [
         (
             "pass",
             "mtp layer",
@@ -55,16 +45,16 @@ def test_the_export_is_the_targets_mtp_layer_bit_for_bit(run_cli) -> None:
 
 
 def test_alone_the_export_is_checked_by_its_kind_and_says_what_needs_the_target(run_cli) -> None:
-    code, report = _report(run_cli, "inspect", NEXTN)
+    code, report = report_of(run_cli, "inspect", NEXTN)
     assert code == 0
-    assert _findings(report, "pairing") == [
+    assert findings_of(report, "pairing") == [
         (
             "skip",
             "target",
             "not checked without --target TARGET: the MTP layer against the target's, bit for bit",
         )
     ]
-    assert _findings(report, "drafter-serving")[0] == (
+    assert findings_of(report, "drafter-serving")[0] == (
         "info",
         "SGLang",
         f"--speculative-algorithm NEXTN --speculative-draft-model-path {NEXTN}",
@@ -74,9 +64,9 @@ def test_alone_the_export_is_checked_by_its_kind_and_says_what_needs_the_target(
 def test_a_shard_the_exporter_skipped_fails_with_every_lost_tensor(run_cli) -> None:
     """The exporter printed its read error for the shard holding the MTP layer, went on and
     wrote no tensor of it (NOTES.md); exit 0 on its side."""
-    code, report = _report(run_cli, "inspect", SKIPPED, "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", SKIPPED, "--target", TARGET)
     assert code == 1
-    [left_out] = _findings(report, "drafter-mtp")
+    [left_out] = findings_of(report, "drafter-mtp")
     assert left_out[:2] == ("fail", "left out")
     assert left_out[2].startswith(
         "30 of the target MTP layer's 30 tensors are absent from the drafter (an exporter "
@@ -86,7 +76,7 @@ def test_a_shard_the_exporter_skipped_fails_with_every_lost_tensor(run_cli) -> N
         "fail",
         "model.layers.0.eh_proj.weight",
         "absent: every drafter of this kind holds it",
-    ) in (_findings(report, "drafter-tensors"))
+    ) in (findings_of(report, "drafter-tensors"))
 
 
 def test_one_flipped_bit_of_the_export_fails_by_name(run_cli, tmp_path: Path) -> None:
@@ -94,9 +84,9 @@ def test_one_flipped_bit_of_the_export_fails_by_name(run_cli, tmp_path: Path) ->
     shutil.copytree(NEXTN, damaged)
     shard = damaged / LAYER_FILE
     flip_bit(shard, tensor_offset(shard, "model.layers.0.eh_proj.weight") + 6, bit=3)
-    code, report = _report(run_cli, "inspect", damaged, "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", damaged, "--target", TARGET)
     assert code == 1
-    [(status, subject, message)] = _findings(report, "drafter-mtp")
+    [(status, subject, message)] = findings_of(report, "drafter-mtp")
     assert (status, subject) == ("fail", "model.layers.0.eh_proj.weight")
     assert "1 of" in message and "differ" in message
 
@@ -104,10 +94,10 @@ def test_one_flipped_bit_of_the_export_fails_by_name(run_cli, tmp_path: Path) ->
 @pytest.mark.parametrize("order", ["target-first", "drafter-first"])
 def test_diff_compares_the_export_with_the_targets_mtp_layer(run_cli, order: str) -> None:
     pair = (TARGET, NEXTN) if order == "target-first" else (NEXTN, TARGET)
-    code, report = _report(run_cli, "diff", *pair)
+    code, report = report_of(run_cli, "diff", *pair)
     assert code == 0
     assert _checks(report) == ["integrity", "scope", "drafter-mtp"]
-    [(status, _, message)] = _findings(report, "drafter-mtp")
+    [(status, _, message)] = findings_of(report, "drafter-mtp")
     assert status == "pass" and message.startswith("30 tensors bit-identical")
     assert len(report["tensors"]) == 30
 

@@ -4,29 +4,24 @@ only with its CUDA torch), against the tiny Llama target of the speculators corp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from tests.report_views import findings_of, report_of
 
 DATA = Path(__file__).resolve().parent / "data"
 TARGET = DATA / "speculators" / "llama-target"
 
 
-def _report(run_cli, case: str) -> tuple[int, dict[str, Any]]:
-    run = run_cli("inspect", DATA / "specforge" / case, "--target", TARGET, "--format", "json")
-    return run.exit_code, json.loads(run.stdout)
-
-
-def _findings(report: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
-    found = next(c for c in report["checks"] if c["name"] == check)
-    return [(f["status"], f["subject"], f["message"]) for f in found["findings"]]
+def _inspect(run_cli: Any, case: str) -> tuple[int, dict[str, Any]]:
+    return report_of(run_cli, "inspect", DATA / "specforge" / case, "--target", TARGET)
 
 
 def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_cli) -> None:
-    code, report = _report(run_cli, "eagle3-native-aux")
+    code, report = _inspect(run_cli, "eagle3-native-aux")
     assert code == 0
-    assert _findings(report, "drafter-kind")[0][:2] == ("pass", "eagle3")
-    taps = _findings(report, "drafter-taps")
+    assert findings_of(report, "drafter-kind")[0][:2] == ("pass", "eagle3")
+    taps = findings_of(report, "drafter-taps")
     assert taps[0] == (
         "pass",
         "eagle_config.eagle_aux_hidden_state_layer_ids",
@@ -35,8 +30,8 @@ def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_
     said = {subject: message for _, subject, message in taps[1:]}
     assert said["SpecForge 0.2.0"].startswith("trains on them as 0-based layer indices")
     assert said["vLLM 0.32"].endswith("(one layer earlier than SpecForge trained on)")
-    assert _findings(report, "drafter-vocab")[0][0] == "pass"
-    assert _findings(report, "pairing-embedding")[0] == (
+    assert findings_of(report, "drafter-vocab")[0][0] == "pass"
+    assert findings_of(report, "pairing-embedding")[0] == (
         "pass",
         "embed_tokens.weight",
         "absent: the engines use the target's",
@@ -45,7 +40,7 @@ def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_
 
 def test_the_export_without_taps_fails_naming_the_engines_guess(run_cli) -> None:
     """SpecForge records the taps only where its draft config has them (NOTES.md)."""
-    code, report = _report(run_cli, "eagle3-native")
+    code, report = _inspect(run_cli, "eagle3-native")
     assert code == 1
     failing = [
         (c["name"], f["subject"])

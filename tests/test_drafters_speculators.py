@@ -13,29 +13,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, flip_bit, tensor_offset
+from tests.report_views import failing_of, findings_of, report_of
 from tests.thirdparty.tools import tool_output
 
 DATA = tool_output("speculators")
 TARGET = DATA / "llama-target"
-
-
-def _report(run_cli, *args: str | Path) -> tuple[int, dict[str, Any]]:
-    run = run_cli(*args, "--format", "json")
-    return run.exit_code, json.loads(run.stdout)
-
-
-def _findings(report: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
-    found = next(c for c in report["checks"] if c["name"] == check)
-    return [(f["status"], f["subject"], f["message"]) for f in found["findings"]]
-
-
-def _failing(report: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [
-        (c["name"], f["subject"], f["message"])
-        for c in report["checks"]
-        for f in c["findings"]
-        if f["status"] == "fail"
-    ]
 
 
 @pytest.mark.parametrize(
@@ -49,19 +31,19 @@ def _failing(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     ],
 )
 def test_intact_drafters_pass_with_their_target(run_cli, case: str, kind: str) -> None:
-    code, report = _report(run_cli, "inspect", DATA / case, "--target", TARGET)
-    assert (code, _failing(report)) == (0, [])
-    assert _findings(report, "drafter-kind")[0][:2] == ("pass", kind)
-    assert _findings(report, "pairing-shape") == [
+    code, report = report_of(run_cli, "inspect", DATA / case, "--target", TARGET)
+    assert (code, failing_of(report)) == (0, [])
+    assert findings_of(report, "drafter-kind")[0][:2] == ("pass", kind)
+    assert findings_of(report, "pairing-shape") == [
         ("pass", "vocabulary", "256, as the target's"),
         ("pass", "width", "64, as the target's"),
     ]
 
 
 def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
-    code, report = _report(run_cli, "inspect", DATA / "eagle3", "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", DATA / "eagle3", "--target", TARGET)
     assert code == 0
-    assert _findings(report, "drafter-tensors") == [
+    assert findings_of(report, "drafter-tensors") == [
         (
             "pass",
             "tensors",
@@ -69,12 +51,12 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
         ),
         ("pass", "fc.weight", "input width 192 = 3 taps x target width 64"),
     ]
-    assert _findings(report, "drafter-taps")[0] == (
+    assert findings_of(report, "drafter-taps")[0] == (
         "pass",
         "eagle_aux_hidden_state_layer_ids",
         "[1, 2, 3], increasing inside the target's 4 layers, in the hidden-state index numbering",
     )
-    assert _findings(report, "drafter-vocab") == [
+    assert findings_of(report, "drafter-vocab") == [
         (
             "pass",
             "d2t",
@@ -82,7 +64,7 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
             "those",
         )
     ]
-    assert _findings(report, "pairing-embedding") == [
+    assert findings_of(report, "pairing-embedding") == [
         ("pass", "embed_tokens.weight", "an identical copy of the target's (65536 bytes)"),
         (
             "info",
@@ -90,7 +72,7 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
             "the drafter's own, shaped [128, 64] (target's lm_head.weight: [256, 64])",
         ),
     ]
-    [vllm, sglang] = _findings(report, "drafter-serving")
+    [vllm, sglang] = findings_of(report, "drafter-serving")
     assert vllm[2].startswith(
         '--speculative-config \'{"method": "eagle3", "model": "'
         f'{DATA / "eagle3"}", "num_speculative_tokens": 3}}\''
@@ -103,12 +85,12 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
 
 
 def test_without_target_the_pairing_is_named_as_not_checked(run_cli) -> None:
-    code, report = _report(run_cli, "inspect", DATA / "eagle3")
+    code, report = report_of(run_cli, "inspect", DATA / "eagle3")
     assert code == 0
     assert ("skip", "target", "whether they lie inside the target: needs --target") in (
-        _findings(report, "drafter-taps")
+        findings_of(report, "drafter-taps")
     )
-    assert _findings(report, "pairing") == [
+    assert findings_of(report, "pairing") == [
         (
             "skip",
             "target",
@@ -159,16 +141,16 @@ def test_without_target_the_pairing_is_named_as_not_checked(run_cli) -> None:
     ],
 )
 def test_each_defect_fails_with_its_cause(run_cli, case: str, failing: list) -> None:
-    code, report = _report(run_cli, "inspect", DATA / case, "--target", TARGET)
-    assert (code, _failing(report)) == (1, failing)
+    code, report = report_of(run_cli, "inspect", DATA / case, "--target", TARGET)
+    assert (code, failing_of(report)) == (1, failing)
 
 
 def test_a_random_embedding_under_a_frozen_flag_fails(run_cli) -> None:
     """speculators' ``embed_requires_grad: false`` says the embedding is the verifier's; this
     drafter's differs in every element: vLLM keeps it, SGLang does not."""
-    code, report = _report(run_cli, "inspect", DATA / "eagle3-random-embed", "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", DATA / "eagle3-random-embed", "--target", TARGET)
     assert code == 1
-    [(check, subject, message)] = _failing(report)
+    [(check, subject, message)] = failing_of(report)
     assert (check, subject) == ("pairing-embedding", "embed_tokens.weight")
     assert message.startswith("its config says it is the target's, but it differs (bits differ")
     assert message.endswith("vLLM keeps the drafter's own, SGLang takes the target's")
@@ -184,9 +166,9 @@ def test_a_flipped_bit_in_d2t_breaks_the_map(run_cli, tmp_path: Path) -> None:
     drafter = _copy("eagle3", tmp_path)
     shard = drafter / "model.safetensors"
     flip_bit(shard, tensor_offset(shard, "d2t") + 8 * 5 + 7, bit=6)  # d2t[5] += 2**62
-    code, report = _report(run_cli, "inspect", drafter)
+    code, report = report_of(run_cli, "inspect", drafter)
     assert code == 1
-    assert _failing(report) == [
+    assert failing_of(report) == [
         ("drafter-vocab", "d2t", "target ids i + d2t[i] not strictly increasing"),
         ("drafter-vocab", "d2t", "target ids i + d2t[i] outside 0..255"),
     ]
@@ -198,8 +180,8 @@ def test_a_flipped_mark_in_t2d_breaks_the_count(run_cli, tmp_path: Path) -> None
     offset = tensor_offset(shard, "t2d")
     marks = shard.read_bytes()[offset : offset + 256]
     flip_bit(shard, offset + marks.index(0), bit=0)  # one more target id marked
-    code, report = _report(run_cli, "inspect", drafter)
-    assert (code, _failing(report)) == (
+    code, report = report_of(run_cli, "inspect", drafter)
+    assert (code, failing_of(report)) == (
         1,
         [("drafter-vocab", "t2d", "marks 129 target ids, not 128 (d2t)")],
     )
@@ -212,9 +194,9 @@ def test_an_unknown_speculators_kind_is_a_skip_that_says_what_was_seen(
     config = json.loads((drafter / "config.json").read_text())
     config["speculators_model_type"] = "eagle9"
     (drafter / "config.json").write_text(json.dumps(config))
-    code, report = _report(run_cli, "inspect", drafter)
+    code, report = report_of(run_cli, "inspect", drafter)
     assert code == 0
-    assert _findings(report, "drafter-kind") == [
+    assert findings_of(report, "drafter-kind") == [
         (
             "skip",
             "kind",
@@ -229,9 +211,9 @@ MTP = DATA / "mtp-qwen3next"
 
 
 def test_the_mtp_conversion_is_the_targets_layer_with_its_experts_fused(run_cli) -> None:
-    code, report = _report(run_cli, "inspect", MTP, "--target", QWEN3_NEXT)
+    code, report = report_of(run_cli, "inspect", MTP, "--target", QWEN3_NEXT)
     assert code == 0
-    assert _findings(report, "drafter-mtp") == [
+    assert findings_of(report, "drafter-mtp") == [
         (
             "pass",
             "mtp layer",
@@ -247,9 +229,9 @@ def test_one_flipped_bit_of_a_fused_expert_is_named_by_its_slice(run_cli, tmp_pa
     # expert 2's up_proj: rows 8..15 of gate_up_proj[2] ([4, 16, 16] BF16), its first element
     start = tensor_offset(shard, "mtp_layers.0.mlp.experts.gate_up_proj")
     flip_bit(shard, start + (2 * 16 * 16 + 8 * 16) * 2, bit=1)
-    code, report = _report(run_cli, "diff", QWEN3_NEXT, drafter)
+    code, report = report_of(run_cli, "diff", QWEN3_NEXT, drafter)
     assert code == 1
-    [(check, subject, message)] = _failing(report)
+    [(check, subject, message)] = failing_of(report)
     assert (check, subject) == ("drafter-mtp", "mtp_layers.0.mlp.experts.2.up_proj.weight")
     assert message.startswith("bits differ in 1 of 128 elements, first at index [0, 0]")
 
@@ -259,15 +241,15 @@ def test_the_stitched_target_keeps_the_mtp_layer_and_gains_a_nan_head(run_cli) -
     and added the converter's never-loaded ``verifier_lm_head.weight`` (NaN) beside it:
     the MTP scope passes, the whole checkpoint names the tensor it gained."""
     stitched = DATA / "mtp-qwen3next-stitched"
-    code, report = _report(run_cli, "diff", QWEN3_NEXT, stitched)
+    code, report = report_of(run_cli, "diff", QWEN3_NEXT, stitched)
     assert code == 0
-    assert _findings(report, "tensors")[0] == (
+    assert findings_of(report, "tensors")[0] == (
         "pass",
         "MTP scope",
         "31 of 31 tensors bit-identical (11360 bytes compared equal)",
     )
-    code, report = _report(run_cli, "diff", "--all", QWEN3_NEXT, stitched)
-    assert (code, _failing(report)) == (
+    code, report = report_of(run_cli, "diff", "--all", QWEN3_NEXT, stitched)
+    assert (code, failing_of(report)) == (
         1,
         [("tensors", "verifier_lm_head.weight", "only in B (BF16[64, 16]), absent in A")],
     )
@@ -287,8 +269,8 @@ def test_a_flag_without_its_tensor_fails(run_cli, tmp_path: Path) -> None:
     """EAGLE-3.1's ``norm_before_fc`` set on a drafter saved without ``input_norm.weight``."""
     drafter = _copy("eagle3", tmp_path)
     _edit_config(drafter, norm_before_fc=True)
-    code, report = _report(run_cli, "inspect", drafter)
-    assert (code, _failing(report)) == (
+    code, report = report_of(run_cli, "inspect", drafter)
+    assert (code, failing_of(report)) == (
         1,
         [
             (
@@ -304,9 +286,9 @@ def test_a_flag_without_its_tensor_fails(run_cli, tmp_path: Path) -> None:
 def test_a_dflash_drafter_without_its_taps_fails(run_cli, tmp_path: Path) -> None:
     drafter = _copy("dflash", tmp_path)
     _edit_config(drafter, aux_hidden_state_layer_ids=None)
-    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
     assert code == 1
-    [(check, subject, message)] = _failing(report)
+    [(check, subject, message)] = failing_of(report)
     assert (check, subject) == ("drafter-taps", "aux_hidden_state_layer_ids")
     assert message.startswith("absent: no engine is told which target layers to tap")
 
@@ -314,8 +296,8 @@ def test_a_dflash_drafter_without_its_taps_fails(run_cli, tmp_path: Path) -> Non
 def test_taps_past_the_targets_layers_fail(run_cli, tmp_path: Path) -> None:
     drafter = _copy("eagle3", tmp_path)
     _edit_config(drafter, eagle_aux_hidden_state_layer_ids=[1, 3, 5])
-    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
-    assert (code, _failing(report)) == (
+    code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
+    assert (code, failing_of(report)) == (
         1,
         [
             (
@@ -332,18 +314,18 @@ def test_a_tokenizer_beside_the_drafter_is_held_to_the_targets(run_cli, tmp_path
     """vLLM never loads a drafter's tokenizer: one shipped beside it must be the target's."""
     drafter = _copy("eagle3", tmp_path)
     shutil.copy(TARGET / "tokenizer.json", drafter / "tokenizer.json")
-    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
+    code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
     assert code == 0
     assert ("pass", "tokenizer", "the same token table as the target's") in (
-        _findings(report, "pairing-shape")
+        findings_of(report, "pairing-shape")
     )
     tokenizer = json.loads((drafter / "tokenizer.json").read_text())
     vocab = tokenizer["model"]["vocab"]
     first, second = list(vocab)[10:12]
     vocab[first], vocab[second] = vocab[second], vocab[first]  # two ids swapped
     (drafter / "tokenizer.json").write_text(json.dumps(tokenizer))
-    code, report = _report(run_cli, "inspect", drafter, "--target", TARGET)
-    assert (code, _failing(report)) == (
+    code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
+    assert (code, failing_of(report)) == (
         1,
         [
             (

@@ -74,12 +74,9 @@ def test_diff_refuses_a_malformed_thread_count_in_one_line(run_cli, monkeypatch)
 
 
 def test_the_options_page_lists_every_variable_from_the_table() -> None:
-    import importlib.util
+    from tests.test_docs import _hook
 
-    spec = importlib.util.spec_from_file_location("docs_settings", DOCS / "hooks" / "settings.py")
-    assert spec is not None and spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
+    hook = _hook("settings")
     page = (DOCS / hook.PAGE).read_text()
     rendered = hook.render(page)
     for setting in SETTINGS:

@@ -39,29 +39,26 @@ def test_py_typed_is_package_data() -> None:
     assert '"mtpcheck" = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
 
 
-def test_a_users_strict_type_check_of_api_calls_passes(tmp_path: Path) -> None:
-    user = tmp_path / "user_code.py"
-    user.write_text(USER_CODE)
-    env = {**os.environ, "MYPYPATH": str(ROOT / "src")}
-    run = subprocess.run(
+def _mypy(user: Path) -> subprocess.CompletedProcess[str]:
+    """``mypy --strict`` over ``user``, with this checkout's mtpcheck."""
+    return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(user)],
         capture_output=True,
         text=True,
-        env=env,
-        cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(ROOT / "src")},
+        cwd=user.parent,
         timeout=600,
     )
+
+
+def test_a_users_strict_type_check_of_api_calls_passes(tmp_path: Path) -> None:
+    user = tmp_path / "user_code.py"
+    user.write_text(USER_CODE)
+    run = _mypy(user)
     assert run.returncode == 0, run.stdout + run.stderr
     # and a misuse is caught, in the API and in the testing helpers alike: the keyword is
     # all_tensors, not all_tenors
     user.write_text(USER_CODE.replace("all_tensors=True", "all_tenors=True"))
-    run = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(user)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    run = _mypy(user)
     assert run.returncode == 1
     assert run.stdout.count('Unexpected keyword argument "all_tenors"') == 2, run.stdout
