@@ -9,10 +9,15 @@ token): their bytes are read whole.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mtpcheck.dtypes import DTYPES, Kind
 from mtpcheck.families.drafter_kinds import DrafterKind
 from mtpcheck.families.drafters import DrafterConfig
 from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status, read_whole
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _TITLE = "Draft vocabulary maps (d2t, t2d)"
 
@@ -51,25 +56,31 @@ def _shape_findings(cp: Checkpoint, draft: int | None, vocab: int | None) -> lis
     return found
 
 
-def _values(cp: Checkpoint, name: str) -> list[int]:
+def _array(cp: Checkpoint, name: str) -> np.ndarray:
+    """Tensor ``name``'s values as a numpy array (its bytes read whole: the maps are small,
+    and an array holds them in about the bytes read)."""
     import numpy as np
 
     meta = cp.tensors[name]
     dtype = DTYPES[meta.dtype].numpy or "uint8"
-    return [int(v) for v in np.frombuffer(bytes(read_whole(cp, name)), dtype=dtype)]
+    return np.frombuffer(bytes(read_whole(cp, name)), dtype=dtype)
 
 
 def _map_findings(cp: Checkpoint, draft: int | None, vocab: int | None) -> list[Finding]:
-    offsets, marks = _values(cp, "d2t"), _values(cp, "t2d")
-    targets = [i + d for i, d in enumerate(offsets)]
-    found = []
-    rising = all(b > a for a, b in zip(targets, targets[1:], strict=False))
+    import numpy as np
+
+    offsets, marks = _array(cp, "d2t"), _array(cp, "t2d") != 0
     limit = vocab if vocab is not None else len(marks)
+    index = np.arange(len(offsets), dtype=np.int64)
+    # compared, never summed: a crafted offset near the integer type's end cannot wrap around
+    rising = bool(np.all(offsets[1:] >= offsets[:-1]))  # i + d2t[i] < i + 1 + d2t[i + 1]
+    inside = bool(np.all((offsets >= -index) & (offsets < limit - index)))
+    found = []
     if not rising:
         found.append(Finding("d2t", Status.FAIL, "target ids i + d2t[i] not strictly increasing"))
-    if targets and (min(targets) < 0 or max(targets) >= limit):
+    if not inside:
         found.append(Finding("d2t", Status.FAIL, f"target ids i + d2t[i] outside 0..{limit - 1}"))
-    if draft is not None and vocab is not None and draft < vocab and not any(offsets):
+    if draft is not None and vocab is not None and draft < vocab and not offsets.any():
         found.append(
             Finding(
                 "d2t",
@@ -78,16 +89,16 @@ def _map_findings(cp: Checkpoint, draft: int | None, vocab: int | None) -> list[
                 "target id i (a table never filled)",
             )
         )
-    count = sum(1 for m in marks if m)
+    count = int(marks.sum())
     if count != len(offsets):
         found.append(
             Finding("t2d", Status.FAIL, f"marks {count} target ids, not {len(offsets)} (d2t)")
         )
-    elif rising and targets and 0 <= min(targets) and max(targets) < len(marks):
-        unmarked = [t for t in targets if not marks[t]]
+    elif rising and inside and limit <= len(marks):
+        unmarked = int((~marks[index + offsets.astype(np.int64)]).sum())
         if unmarked:
             found.append(
-                Finding("t2d", Status.FAIL, f"does not mark {len(unmarked)} of d2t's target ids")
+                Finding("t2d", Status.FAIL, f"does not mark {unmarked} of d2t's target ids")
             )
     if not found:
         found.append(
