@@ -42,67 +42,71 @@ def _normal(names: frozenset[str]) -> frozenset[str]:
     return frozenset(p for n in names for p in _per_expert(n))
 
 
-def held(layer: MainLayer) -> frozenset[str]:
-    """The layer's parameters in the definition's names."""
-    return _normal(layer.names)
-
-
 def _routed(variant: frozenset[str]) -> bool:
     return any(".experts.*." in n for n in variant)
 
 
-def missing(
-    definition: Definition, layer: MainLayer, moe: bool | None
-) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(what the layer lacks of the variant it comes closest to, that variant); nothing
-    lacking when it holds one variant whole; None where it holds a parameter no variant
-    knows (the definition does not describe it). ``moe``: whether the config makes it an MoE layer,
-    where it says."""
-    present = held(layer)
-    variants = [_normal(v) for v in definition.layers]
-    if present - frozenset().union(*variants):
-        # a parameter no variant has: a layer of a kind (or an option) the configs the
-        # definition was built from do not show; its peers judge it
-        return None
-    candidates = [v for v in variants if moe is None or _routed(v) == moe]
+@dataclass(frozen=True)
+class _Variants:
+    """A definition's layer variants in the names layers are compared in, worked out once."""
+
+    each: tuple[frozenset[str], ...]
+    known: frozenset[str]
+    """Every parameter any variant has."""
+
+    @classmethod
+    def of(cls, definition: Definition) -> _Variants:
+        each = tuple(_normal(v) for v in definition.layers)
+        return cls(each, frozenset().union(*each))
+
+
+def _missing(variants: _Variants, present: frozenset[str], moe: bool | None) -> frozenset[str]:
+    """What a layer holding ``present`` (each parameter known to some variant) lacks of the
+    variant it comes closest to; nothing when it holds one whole. ``moe``: whether the config
+    makes it an MoE layer, where it says."""
+    candidates = [v for v in variants.each if moe is None or _routed(v) == moe]
     best = min(
-        candidates or variants,
+        candidates or variants.each,
         key=lambda v: (len(v - present), -len(v & present), sorted(v)),
     )
-    return best - present, best
+    return best - present
 
 
-def problems(
-    definition: Definition, prefix: str, layer: MainLayer, moe: bool | None
-) -> list[str] | None:
-    """What the layer lacks of its definition, each tensor named in full (a routed expert's
-    index ``*``: every expert lacks it); None where the definition does not describe it."""
-    found = missing(definition, layer, moe)
-    if found is None:
-        return None
-    lacking, _ = found
-    if not layer.routed:  # a layer without routed experts is said so by the expert check
-        lacking = frozenset(n for n in lacking if "*" not in n)
-    if not lacking:
-        return []
+def _message(definition: Definition, prefix: str, lacking: frozenset[str]) -> str:
+    """What a layer lacks of its definition, each tensor named in full (a routed expert's
+    index ``*``: every expert lacks it)."""
     built = " / ".join(definition.built_by)
     full = [prefix + n for n in sorted(lacking)]
-    return [
+    return (
         f"{len(full)} tensor(s) its definition holds missing ({definition.source}'s {built} "
         f"builds a layer of this kind with them): {first_few(full, 4)}"
-    ]
+    )
 
 
 @dataclass(frozen=True)
 class Held:
     """The main layers held to a definition."""
 
-    problems: Mapping[int, list[str]]
-    """Layer number -> what it lacks of its definition (only layers that lack some)."""
+    problems: Mapping[int, str]
+    """Layer number -> what it lacks of its definition, in words (only layers that lack some)."""
+    lacking: Mapping[int, frozenset[str]]
+    """Layer number -> the parameters it lacks of its definition (as :attr:`problems`)."""
     described: frozenset[int]
     """Layers the definition describes (the others hold a parameter it does not know)."""
     unknown: Mapping[int, frozenset[str]]
-    """Layer number -> the parameters it holds that no variant of its definition has."""
+    """Layer number -> the parameters it holds that no variant of its definition has: such a
+    layer is left to its peers."""
+
+    @property
+    def foreign(self) -> frozenset[str]:
+        """Parameters some layer holds that no layer of the definition has: no loss of the
+        layers that lack them."""
+        return frozenset().union(*self.unknown.values())
+
+    def told(self, k: int) -> frozenset[str]:
+        """What a peer comparison of layer ``k`` leaves out: what the definition already named
+        lost, and the foreign parameters."""
+        return self.lacking.get(k, frozenset()) | self.foreign
 
 
 def definition_problems(
@@ -111,31 +115,40 @@ def definition_problems(
     prefix_of: Mapping[int, str],
     moe_layers: frozenset[int] | None,
 ) -> Held:
-    """Every present main layer held to ``definition``."""
-    found: dict[int, list[str]] = {}
+    """Every present main layer held to ``definition``; layers of the same parameters (the
+    58 MoE layers of DeepSeek-V3) are compared once."""
+    variants = _Variants.of(definition)
+    found: dict[int, str] = {}
+    lost: dict[int, frozenset[str]] = {}
     unknown: dict[int, frozenset[str]] = {}
-    described: set[int] = set()
-    known = frozenset().union(*(_normal(v) for v in definition.layers))
+    lacking_by: dict[tuple[frozenset[str], bool | None], frozenset[str]] = {}
     for k, layer in layers.items():
-        moe = None if moe_layers is None else k in moe_layers
-        said = problems(definition, prefix_of[k], layer, moe)
-        if said is None:
-            unknown[k] = held(layer) - known
+        present = _normal(layer.names)
+        if present - variants.known:
+            unknown[k] = present - variants.known
             continue
-        described.add(k)
-        if said:
-            found[k] = said
-    return Held(found, frozenset(described), unknown)
+        moe = None if moe_layers is None else k in moe_layers
+        key = (present, moe)
+        if key not in lacking_by:
+            lacking_by[key] = _missing(variants, present, moe)
+        lacking = lacking_by[key]
+        if not layer.routed:  # a layer without routed experts is said so by the expert check
+            lacking = frozenset(n for n in lacking if "*" not in n)
+        if lacking:
+            lost[k] = lacking
+            found[k] = _message(definition, prefix_of[k], lacking)
+    described = frozenset(layers) - frozenset(unknown)
+    return Held(found, lost, described, unknown)
 
 
 def unknown_finding(
-    definition: Definition, held_: Held, prefix_of: Mapping[int, str]
+    definition: Definition, held: Held, prefix_of: Mapping[int, str]
 ) -> Finding | None:
     """A WARN naming the parameters main layers hold that no layer of the definition has
     (an engine built from the model code refuses or drops them); None where there are none."""
-    if not held_.unknown:
+    if not held.unknown:
         return None
-    names = sorted(prefix_of[k] + n for k, ns in held_.unknown.items() for n in ns)
+    names = sorted(prefix_of[k] + n for k, ns in held.unknown.items() for n in ns)
     built = " / ".join(definition.built_by)
     return Finding(
         "main layers",

@@ -15,7 +15,6 @@ its MLP may then be held to nothing, which the PASS line says.
 from __future__ import annotations
 
 import bisect
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,9 +43,6 @@ from mtpcheck.units import first_few
 NAME = "main-model"
 TITLE = "Main model held to its config"
 
-_PEERS_SAY = re.compile(r" tensor\(s\) of |^module\(s\) ")
-"""What a peer comparison's message says of tensors a layer lacks (``2 tensor(s) of its kind
-missing``, ``module(s) mlp missing``): the definition's message names them all."""
 _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
 """Kind facts about the MLP alone: layers differing only there share their other modules."""
 _Kind = tuple[tuple[str, str], ...]
@@ -147,11 +143,7 @@ def main_model_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
         template = NameTemplate(family.layout.main_layer_prefix)
         prefixes = {k: template.main_layer(k) for k in layers}
         held = definition_problems(definition, layers, prefixes, layout.moe_layers)
-    defined = held.problems if held is not None else {}
-    # a peer's tensor no layer of the definition holds is no loss of the layers without it
-    foreign = frozenset().union(*held.unknown.values()) if held is not None else frozenset()
-    layer_findings = _layer_findings(layout, layers, peers, mirrored, norms_alike, defined)
-    findings += [f for f in layer_findings if not _only_foreign(f, foreign)]
+    findings += _layer_findings(layout, layers, peers, mirrored, norms_alike, held)
     if definition is not None and held is not None:
         unknown = unknown_finding(definition, held, prefixes)
         findings += [unknown] if unknown is not None else []
@@ -220,13 +212,13 @@ def _layer_findings(
     peers: Mapping[_Kind, list[int]],
     mirrored: Mapping[int, list[tuple[str, MainLayer]]],
     norms_alike: bool,
-    defined: Mapping[int, list[str]],
+    held: Held | None,
 ) -> list[Finding]:
     """One finding per damaged main layer. ``mirrored``: the MTP blocks that
     mirror a main layer, by its number; ``norms_alike``: every decoder layer has the same
     norms whatever its kind (transformers' layers; megatron-core's hybrid stack names a
-    Mamba, an attention and an MLP layer's norm each its own way); ``defined``: what a layer
-    lacks of its family's definition, which stands for what its peers say it lacks."""
+    Mamba, an attention and an MLP layer's norm each its own way); ``held``: the layers held to
+    their family's definition, whose findings stand before what the peers add."""
     findings = []
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup] = {}
     for kind, kind_layers in peers.items():
@@ -236,25 +228,17 @@ def _layer_findings(
         else:  # each kind its norms, or kinds the config does not tell apart
             everyone = others
         for k in kind_layers:
-            problems = _layer_problems(k, layout, layers, kind_layers, groups)
+            told = held.told(k) if held is not None else frozenset()
+            defined = [held.problems[k]] if held is not None and k in held.problems else []
+            problems = _layer_problems(k, layout, layers, kind_layers, groups, told, defined)
             if not problems and len(kind_layers) == 1:
-                problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []))
-            if k in defined:  # the definition names every lost tensor; peers name fewer
-                problems = defined[k] + [p for p in problems if not _PEERS_SAY.search(p)]
+                problems = _block_problems(k, layers, others, everyone, mirrored.get(k, []), told)
+            problems = defined + problems
             if problems:
                 words = layout.kind_words(k)
                 subject = f"main layer {k}" + (f" ({words})" if words else "")
                 findings.append(Finding(subject, Status.FAIL, "; ".join(problems)))
     return sorted(findings, key=lambda f: int(f.subject.split()[2]))
-
-
-def _only_foreign(finding: Finding, foreign: frozenset[str]) -> bool:
-    """A finding whose every message part names only tensors no layer of the definition
-    holds (a peer's extra buffer held against the layers that rightly lack it)."""
-    if not foreign:
-        return False
-    parts = finding.message.split("; ")
-    return all(_PEERS_SAY.search(p) and p.rsplit(": ", 1)[-1] in foreign for p in parts)
 
 
 def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
@@ -283,10 +267,14 @@ def _layer_problems(
     layers: Mapping[int, MainLayer],
     kind_layers: list[int],
     groups: dict[tuple[frozenset[str], tuple[int, ...]], _PeerGroup],
+    told: frozenset[str] = frozenset(),
+    defined: list[str] | None = None,
 ) -> list[str]:
     """What layer ``k`` lacks against the other present layers of its kind (``kind_layers``):
     those built of the same modules are its peers, name for name and shape for shape; a layer
-    built of fewer modules than two or more others, alone in that, lost the rest."""
+    built of fewer modules than two or more others, alone in that, lost the rest. ``told``:
+    parameters left out (its definition named them, or none holds them); ``defined``: what
+    its definition says it lacks, which then stands for a lost module too."""
     present = [j for j in kind_layers if j != k and j in layers]
     layer = layers.get(k)
     if layer is None:
@@ -302,13 +290,13 @@ def _layer_problems(
             tuple(sorted([k, *peers])), layers
         )
     problems = []
-    lacking = sorted(group.names - layer.names) if peers else []
+    lacking = sorted(group.names - layer.names - told) if peers else []
     if lacking:
         problems.append(
             f"{len(lacking)} tensor(s) of its kind missing (as {_layers_named(peers)} "
             f"{'holds' if len(peers) == 1 else 'hold'} them): {first_few(lacking, 4)}"
         )
-    if not peers and any(layout.kinds):
+    if not peers and any(layout.kinds) and not defined:
         # only where the config tells kinds apart: a hybrid stack it does not describe
         # (llama.cpp's metadata) mixes layers of other modules in one kind
         problems += _lost_blocks(layer, layers, present)
@@ -332,6 +320,7 @@ def _block_problems(
     others: list[int],
     everyone: list[int],
     blocks: list[tuple[str, MainLayer]],
+    told: frozenset[str] = frozenset(),
 ) -> list[str]:
     """A layer alone of its kind, module by module against layers differing only in their MLP
     (the attention of DeepSeek's one dense layer against the MoE layers'), its own norms
@@ -350,7 +339,7 @@ def _block_problems(
         if not holders:
             continue
         union = frozenset().union(*(layers[j].by_block[block] for j in holders))
-        lacking = sorted(union - layer.by_block[block])
+        lacking = sorted(union - layer.by_block[block] - told)
         if lacking:
             where = f"its {block}" if block else "the layer's own"
             problems.append(
