@@ -39,7 +39,9 @@ class Drafter:
 
     def speculative_config(self, k: int) -> dict[str, Any]:
         """vLLM's ``speculative_config`` drafting ``k`` tokens a step with this drafter."""
-        return {"method": self.method, "model": str(self.path), "num_speculative_tokens": k}
+        from mtpcheck.families.drafters import vllm_speculative_config
+
+        return vllm_speculative_config(self.method, str(self.path), k)
 
     def details(self) -> dict[str, str]:
         """What a report's finding says of it."""

@@ -10,6 +10,7 @@ from dataclasses import replace
 from mtpcheck.checks.drafter_checks import kind_check, taps_check, tensors_check
 from mtpcheck.checks.drafter_mtp import mtp_extract_check
 from mtpcheck.checks.drafter_pairing import (
+    Target,
     embedding_check,
     positions_check,
     shape_check,
@@ -21,7 +22,7 @@ from mtpcheck.checks.drafter_vocab import vocab_check
 from mtpcheck.checks.findings import integrity_check
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.families.drafter_kinds import FROZEN_EMBEDDING, DrafterKind, Shared
-from mtpcheck.families.drafters import read_config, recognise
+from mtpcheck.families.drafters import DrafterConfig, read_config, recognise
 from mtpcheck.model import (
     Checkpoint,
     CheckpointSummary,
@@ -47,7 +48,7 @@ def drafter_summary(ckpt: Checkpoint, kind: DrafterKind) -> CheckpointSummary:
     return replace(summary, declared_by="a drafter beside its target, not MTP layers")
 
 
-def _frozen(kind: DrafterKind, ckpt: Checkpoint) -> bool:
+def _frozen(ckpt: Checkpoint) -> bool:
     """Whether the drafter's config says its embedding is the target's, kept frozen."""
     return any(lookup(ckpt.config, key) is value for key, value in FROZEN_EMBEDDING)
 
@@ -68,22 +69,23 @@ def _needs_target(kind: DrafterKind) -> CheckResult:
 def _pairing(
     drafter: Checkpoint,
     kind: DrafterKind,
-    target: Checkpoint,
+    cfg: DrafterConfig,
+    target: Target,
+    analysis: MtpAnalysis,
     compare: Compare,
     tokenizers: tuple[str | None, str | None],
-) -> tuple[list[CheckResult], tuple[TensorComparison, ...], MtpAnalysis]:
-    analysis = analyse(target.config, target.tensors, target.config_path)
+) -> tuple[list[CheckResult], tuple[TensorComparison, ...]]:
+    """The drafter against ``target`` (``analysis``: its MTP layers), and the tensor
+    comparisons made."""
     if kind.mtp_extract:
-        check, comparisons = mtp_extract_check(drafter, kind, target, analysis, compare)
-        return [check], comparisons, analysis
-    cfg = read_config(kind, drafter.config)
-    facts = target_of(target, analysis)
-    checks = [shape_check(kind, cfg, facts, tokenizers)]
+        check, comparisons = mtp_extract_check(drafter, kind, target.ckpt, analysis, compare)
+        return [check], comparisons
+    checks = [shape_check(kind, cfg, target, tokenizers)]
     holds = {"embed_tokens.weight", "lm_head.weight"} & set(drafter.tensors)
     if kind.shared is Shared.OWN_OR_TARGET or (kind.shared is Shared.TARGET and holds):
-        checks.append(embedding_check(drafter, kind, cfg, facts, compare, _frozen(kind, drafter)))
-    checks += [c for c in (verifier_check(cfg, facts), positions_check(cfg, facts)) if c]
-    return checks, (), analysis
+        checks.append(embedding_check(drafter, kind, cfg, target, compare, _frozen(drafter)))
+    checks += [c for c in (verifier_check(cfg, target), positions_check(cfg, target)) if c]
+    return checks, ()
 
 
 def drafter_report(
@@ -107,9 +109,12 @@ def drafter_report(
         checks += [c for c in (taps_check(kind, cfg), vocab_check(drafter, kind, cfg)) if c]
         checks.append(_needs_target(kind))
     else:
-        paired, comparisons, analysis = _pairing(drafter, kind, target, compare, tokenizers)
-        layers = target_of(target, analysis).layers
-        checks += [c for c in (taps_check(kind, cfg, layers), vocab_check(drafter, kind, cfg)) if c]
+        analysis = analyse(target.config, target.tensors, target.config_path)
+        facts = target_of(target, analysis)
+        checks += [
+            c for c in (taps_check(kind, cfg, facts.layers), vocab_check(drafter, kind, cfg)) if c
+        ]
+        paired, comparisons = _pairing(drafter, kind, cfg, facts, analysis, compare, tokenizers)
         checks += paired
         inputs.append(summarise(target, analysis))
     checks.append(serving_settings(kind, drafter.config, drafter.path))

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mtpcheck.families.drafter_kinds import DrafterKind
-from mtpcheck.families.drafters import draft_tokens
+from mtpcheck.families.drafters import draft_tokens, vllm_speculative_config
 from mtpcheck.model import CheckResult, Finding, Status
 
 
@@ -23,10 +23,8 @@ def serving_settings(kind: DrafterKind, config: Mapping[str, Any], drafter: str)
     e = kind.engines
     findings = []
     if e.vllm:
-        spec: dict[str, Any] = {"method": e.vllm, "model": drafter}
         tokens = draft_tokens(config)
-        if tokens is not None:
-            spec["num_speculative_tokens"] = tokens
+        spec = vllm_speculative_config(e.vllm, drafter, tokens)
         note = (
             e.vllm_note
             if tokens is not None

@@ -102,6 +102,9 @@ class Recognition:
     """``speculators_model_type`` values (vllm-project/speculators' format)."""
     architectures: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()
+    config_values: tuple[tuple[str, str], ...] = ()
+    """(dotted config key, value) pairs, any one of which names the kind (SpecForge's DSpark
+    is a ``DFlashDraftModel`` with ``dflash_config.projector_type: dspark``)."""
     tensors: tuple[str, ...] = ()
     """Name prefixes that all appear: recognises a drafter whose config names a plain
     architecture (SafeAILab's EAGLE-3 saved as ``LlamaForCausalLM``)."""
@@ -278,6 +281,7 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
         recognition=Recognition(
             speculators_types=("dspark",),
             architectures=("Qwen3DSparkModel",),
+            config_values=(("dflash_config.projector_type", "dspark"),),
             tensors=("markov_head.", "fc.weight"),
         ),
         paths=ConfigPaths(taps=("target_layer_ids", "dflash_config.target_layer_ids")),

@@ -46,7 +46,7 @@ def _matches(kind: DrafterKind, config: Mapping[str, Any], names: Collection[str
         return True
     if config.get("model_type") in r.model_types:
         return True
-    if kind.key == "dspark" and lookup(config, "dflash_config.projector_type") == "dspark":
+    if any(lookup(config, key) == value for key, value in r.config_values):
         return True
     return bool(r.tensors) and _has_prefixes(names, r.tensors) and not _holds_a_model(names)
 
@@ -138,6 +138,15 @@ def read_config(kind: DrafterKind, config: Mapping[str, Any]) -> DrafterConfig:
         flags=_flags(kind, config),
         verifier=verifier if isinstance(verifier, Mapping) else None,
     )
+
+
+def vllm_speculative_config(method: str, model: str, tokens: int | None) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` drafting with the drafter at ``model`` by ``method``;
+    ``num_speculative_tokens`` only where ``tokens`` is known."""
+    spec: dict[str, Any] = {"method": method, "model": model}
+    if tokens is not None:
+        spec["num_speculative_tokens"] = tokens
+    return spec
 
 
 def flag_on(value: Any) -> bool:
