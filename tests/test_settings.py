@@ -83,3 +83,9 @@ def test_the_options_page_lists_every_variable_from_the_table() -> None:
         assert f"| `{setting.name}` | {setting.shown_default} | {setting.doc} |" in rendered
     with pytest.raises(ValueError, match="marker"):
         hook.render(page.replace(hook.MARKER, ""))
+
+
+def test_a_variable_without_a_default_is_not_read_as_one_with() -> None:
+    assert THREADS.given({}) == 4
+    with pytest.raises(TypeError, match="MTPCHECK_TIMINGS has no default"):
+        TIMINGS.given({})

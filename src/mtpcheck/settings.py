@@ -93,6 +93,13 @@ class Setting(Generic[T]):
         except ValueError as e:
             raise SettingError(f"{self.name}={raw!r}: {e}") from None
 
+    def given(self, environ: Mapping[str, str] | None = None) -> T:
+        """:meth:`value`, for a variable that has a default (never None)."""
+        found = self.value(environ)
+        if found is None:
+            raise TypeError(f"{self.name} has no default to fall back to")
+        return found
+
 
 THREADS: Setting[int] = Setting(
     "MTPCHECK_THREADS",

@@ -19,8 +19,7 @@ from mtpcheck.units import human_duration, human_size
 def default_interval() -> float:
     """Seconds between progress lines: ``MTPCHECK_PROGRESS_INTERVAL``
     (:data:`mtpcheck.settings.PROGRESS_INTERVAL`, default 5)."""
-    found = PROGRESS_INTERVAL.value()
-    return 5.0 if found is None else found
+    return PROGRESS_INTERVAL.given()
 
 
 class LiveBar(Protocol):

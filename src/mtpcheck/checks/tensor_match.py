@@ -40,7 +40,7 @@ SEGMENT_BYTES = 64 * 1024 * 1024
 
 def io_threads() -> int:
     """Threads of the fast path: ``$MTPCHECK_THREADS`` (:data:`mtpcheck.settings.THREADS`)."""
-    return THREADS.value() or 1
+    return THREADS.given()
 
 
 def compare(

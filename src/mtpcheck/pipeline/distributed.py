@@ -127,7 +127,7 @@ class _Ranks:
 
         self.dist = dist
         # how long a rank waits for the others at a collective (a large share takes a while)
-        timeout = DIST_TIMEOUT.value() or DIST_TIMEOUT.default or 0.0
+        timeout = DIST_TIMEOUT.given()
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
