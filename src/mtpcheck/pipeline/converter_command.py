@@ -28,9 +28,9 @@ class CommandResult:
     seconds: float
 
 
-def validate_template(template: str) -> None:
-    """A converter template must name both ``{src}`` and ``{dst}``."""
-    missing = [p for p in ("{src}", "{dst}") if p not in template]
+def validate_template(template: str, placeholders: tuple[str, ...] = ("{src}", "{dst}")) -> None:
+    """A converter template must name each of its ``placeholders`` (``{src}`` and ``{dst}``)."""
+    missing = [p for p in placeholders if p not in template]
     if missing:
         raise ValueError(f"converter command {template!r} lacks {' and '.join(missing)}")
 

@@ -22,7 +22,7 @@ from mtpcheck.families import analyse
 from mtpcheck.families.drafters import recognise
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import CheckResult, Finding, Report, Status
-from mtpcheck.pipeline.converter_command import CommandResult, run_command
+from mtpcheck.pipeline.converter_command import CommandResult, run_command, validate_template
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
 from mtpcheck.pipeline.stages import (
@@ -39,9 +39,7 @@ DRAFTER_PLACEHOLDER = "{drafter}"
 
 def validate_stitch_template(template: str) -> None:
     """Stage 2's command must name ``{src}`` (the target), ``{drafter}`` and ``{dst}``."""
-    missing = [p for p in ("{src}", DRAFTER_PLACEHOLDER, "{dst}") if p not in template]
-    if missing:
-        raise ValueError(f"converter command {template!r} lacks {' and '.join(missing)}")
+    validate_template(template, ("{src}", DRAFTER_PLACEHOLDER, "{dst}"))
 
 
 def validate_options(
