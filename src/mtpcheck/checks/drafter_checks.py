@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from mtpcheck.families.drafter_kinds import DEFAULT_TAPS, DrafterKind, Taps
 from mtpcheck.families.drafters import DrafterConfig, flag_on
 from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model.config_keys import is_int
 from mtpcheck.units import first_few
 
 
@@ -130,7 +131,7 @@ def _divides(kind: DrafterKind, cfg: DrafterConfig, config: Mapping[str, object]
     found = []
     for key, quantity in kind.divides:
         value, total = config.get(key), getattr(cfg, quantity)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or not total:
+        if not is_int(value) or value <= 0 or not total:
             continue
         status = Status.PASS if total % value == 0 else Status.FAIL
         verb = "divides" if status is Status.PASS else "does not divide"

@@ -24,6 +24,9 @@ from mtpcheck.model.config_keys import is_int, text_value
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 
 _EMBEDDINGS = ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+_HEAD = "lm_head.weight"
+"""A target of no known family: where transformers' causal and vision-language models keep
+the embedding and the head."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +61,12 @@ def target_of(ckpt: Checkpoint, analysis: MtpAnalysis) -> Target:
     """The target's quantities, read from its config and tensor names."""
     config, names = ckpt.config, ckpt.tensors
     family = analysis.family
-    embeddings = family.layout.main_shared[:1] if family else _EMBEDDINGS
+    if family is not None:
+        embeddings, heads = family.layout.main_shared[:1], family.layout.main_shared[1:]
+    else:
+        embeddings, heads = _EMBEDDINGS, (_HEAD,)
     embedding = next((n for n in embeddings if n in names), None)
-    head = (
-        embedding
-        if tied_head(config)
-        else ("lm_head.weight" if "lm_head.weight" in names else None)
-    )
+    head = embedding if tied_head(config) else next((n for n in heads if n in names), None)
     types = text_value(config, "layer_types", lambda v: isinstance(v, list))
     return Target(
         ckpt=ckpt,
