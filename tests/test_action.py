@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, write_safetensors
 from tests.hub_server import FakeHub, HubServer
 
@@ -268,7 +269,7 @@ def test_inspect_fails_a_checkpoint_short_of_an_mtp_tensor(
     _drop_tensor(checkpoint, missing)
     checks = _checks(run_cli, checkpoint)
     failed = [name for name, status in checks.items() if status == "fail"]
-    assert "mtp-layers" in failed
+    assert CheckName.MTP_LAYERS in failed
 
     run = run_action(
         workspace, command="inspect", path="checkpoints/deepseek_v3", junit_xml="r.xml"
@@ -280,7 +281,7 @@ def test_inspect_fails_a_checkpoint_short_of_an_mtp_tensor(
     assert list(cases) == list(checks)
     assert suite.get("failures") == str(len(failed))
     assert [name for name, case in cases.items() if case.find("failure") is not None] == failed
-    failure = cases["mtp-layers"].find("failure")
+    failure = cases[CheckName.MTP_LAYERS].find("failure")
     assert failure is not None and missing in (failure.get("message", "") + (failure.text or ""))
     assert "FAIL" in run.summary.splitlines()[0] and missing in run.summary
 
@@ -314,7 +315,7 @@ def test_inspect_reads_a_gated_hub_repository_with_the_token_given(
     assert run.exit_code == 0, run
     assert secret not in run.stdout + run.stderr + run.summary
     suite, cases = _junit(workspace / "mtpcheck-junit.xml")
-    assert suite.get("failures") == "0" and "mtp-layers" in cases
+    assert suite.get("failures") == "0" and CheckName.MTP_LAYERS in cases
     assert {case.get("file") for case in cases.values()} == {repo}
     assert f"`{repo}`" in run.summary
 
@@ -345,7 +346,7 @@ def test_fetch_reads_the_shared_copies_a_header_audit_skips(
         )
         assert run.exit_code == 0, run
         _, cases = _junit(workspace / "mtpcheck-junit.xml")
-        results[fetch] = cases["shared-copies"]
+        results[fetch] = cases[CheckName.SHARED_COPIES]
     assert results["false"].find("skipped") is not None
     assert results["true"].find("skipped") is None and results["true"].find("failure") is None
     assert "bit-identical" in (results["true"].findtext("system-out") or "")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run, findings_of, flip_bit, tensor_offset
 from tests.thirdparty.tools import tool_output
 
@@ -61,7 +62,7 @@ def test_an_mtp_layer_packed_like_the_main_layers_passes(case: str, run_cli) -> 
 def test_a_lost_mtp_layer_fails_the_count(case: str, run_cli) -> None:
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
-    assert ("mtp-count", MTP_LOST) in findings_of(_report(run), "fail", "mtp-count")
+    assert ("mtp-count", MTP_LOST) in findings_of(_report(run), "fail", CheckName.MTP_COUNT)
 
 
 @pytest.mark.parametrize("case", BF16_UNDECLARED)
@@ -70,7 +71,7 @@ def test_a_bf16_mtp_layer_the_config_quantizes_fails(case: str, run_cli) -> None
     route leaves an ignored layer out of the config: engines build those modules quantized."""
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = findings_of(_report(run), "fail", "mtp-quantization")
+    ((subject, message),) = findings_of(_report(run), "fail", CheckName.MTP_QUANTIZATION)
     assert subject == "mtp layer 0"
     assert "stored BF16, but quantization_config (" in message, message
     assert message.endswith("so engines build them quantized and cannot load these weights")
@@ -79,14 +80,14 @@ def test_a_bf16_mtp_layer_the_config_quantizes_fails(case: str, run_cli) -> None
 def test_an_mtp_layer_packed_at_other_bits_than_declared_fails(run_cli) -> None:
     run = run_cli("inspect", CORPUS / AT_4B, "--format", "json")
     assert run.exit_code == 1, run
-    shapes = dict(findings_of(_report(run), "fail", "mtp-shapes"))
+    shapes = dict(findings_of(_report(run), "fail", CheckName.MTP_SHAPES))
     assert shapes["model.layers.2.self_attn.o_proj.qweight"] == (
         "shape [4, 32], expected [2, 32] (as model.layers.1.self_attn.o_proj.qweight, the "
         "main-layer tensor it mirrors)"
     )
     diffed = run_cli("diff", _source(AT_4B), CORPUS / AT_4B, "--dequantize", "--format", "json")
     assert diffed.exit_code == 1, diffed
-    failed = dict(findings_of(_report(diffed), "fail", "tensors"))
+    failed = dict(findings_of(_report(diffed), "fail", CheckName.TENSORS))
     assert failed["model.layers.2.eh_proj.weight"].endswith(
         "cannot be decoded: model.layers.2.eh_proj.qweight: [8, 32] packs 64 columns 4 bits "
         "each, the config declares 2"
@@ -114,7 +115,7 @@ def test_gptq_error_feedback_is_measured_not_judged(case: str, run_cli) -> None:
     assert run.exit_code == 1, run
     report = _report(run)
     quantized = [t for t in report["tensors"] if t["status"] == "quantized"]
-    unjudged = [m for _, m in findings_of(report, "info", "tensors") if "not judged" in m]
+    unjudged = [m for _, m in findings_of(report, "info", CheckName.TENSORS) if "not judged" in m]
     assert len(unjudged) == len(quantized) == 28
     assert all(
         m.endswith(
@@ -124,7 +125,7 @@ def test_gptq_error_feedback_is_measured_not_judged(case: str, run_cli) -> None:
         for m in unjudged
     )
     assert max(t["steps"] for t in quantized) > 1  # what judging would have failed
-    failed = findings_of(report, "fail", "tensors")
+    failed = findings_of(report, "fail", CheckName.TENSORS)
     assert len(failed) == 32 and all(m.startswith("missing in B") for _, m in failed)
 
 
@@ -166,7 +167,7 @@ def test_a_flipped_bit_fails_at_its_parameter(
     args = ("--all",) if ".layers.1." in tensor else ()
     run = run_cli("diff", _source(case), damaged, "--dequantize", *args, "--format", "json")
     assert run.exit_code == 1, run
-    failed = [(s, m) for s, m in findings_of(_report(run), "fail", "tensors")]
+    failed = [(s, m) for s, m in findings_of(_report(run), "fail", CheckName.TENSORS)]
     param = tensor.rpartition(".")[0] + ".weight"
     ((subject, message),) = [(s, m) for s, m in failed if "dtype changed" not in m]
     assert subject == param

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run, findings_of, flip_bit, tensor_offset
 from tests.thirdparty.tools import tool_output
 
@@ -56,7 +57,7 @@ def test_inspect_names_the_storage_and_passes(case: str, run_cli) -> None:
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 0, run
     report = _report(run)
-    (quantization,) = [c for c in report["checks"] if c["name"] == "mtp-quantization"]
+    (quantization,) = [c for c in report["checks"] if c["name"] == CheckName.MTP_QUANTIZATION]
     (finding,) = quantization["findings"]
     label = LABEL[_scheme(case)]
     assert finding["status"] == "pass"

@@ -12,19 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.report.json_ import SCHEMA_VERSION
 from tests.conftest import FAMILY_FIXTURES, FIXTURES
 
 INSPECT_CHECKS = [
-    "integrity",
-    "family",
-    "main-model",
-    "mtp-count",
-    "mtp-layers",
-    "mtp-shapes",
-    "shared-copies",
-    "mtp-trained",
-    "serving",
+    CheckName.INTEGRITY,
+    CheckName.FAMILY,
+    CheckName.MAIN_MODEL,
+    CheckName.MTP_COUNT,
+    CheckName.MTP_LAYERS,
+    CheckName.MTP_SHAPES,
+    CheckName.SHARED_COPIES,
+    CheckName.MTP_TRAINED,
+    CheckName.SERVING,
 ]
 """``inspect``'s checks, in report order."""
 
@@ -83,9 +84,9 @@ def test_junit_and_markdown_files(run_cli, fixture_copy, tmp_path: Path) -> None
     assert suite.tag == "testsuite" and suite.get("failures") == "1"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert list(cases) == INSPECT_CHECKS
-    failure = cases["mtp-count"].find("failure")
+    failure = cases[CheckName.MTP_COUNT].find("failure")
     assert failure is not None and "config declares 0" in failure.get("message", "")
-    assert cases["shared-copies"].find("skipped") is not None
+    assert cases[CheckName.SHARED_COPIES].find("skipped") is not None
     text = md.read_text()
     assert text.startswith("## mtpcheck inspect: ❌ FAIL")
     assert "| ❌ | mtp-count | `mtp-count` | 1 MTP layer(s) present but config declares 0" in text
@@ -313,7 +314,7 @@ def test_tensor_names_are_never_split_in_a_log(columns: str) -> None:
         [sys.executable, "-m", "mtpcheck", *map(str, args)], capture_output=True, text=True, env=env
     )
     report = json.loads(_mtpcheck(*args, "--format", "json").stdout)
-    (tensors,) = [c for c in report["checks"] if c["name"] == "tensors"]
+    (tensors,) = [c for c in report["checks"] if c["name"] == CheckName.TENSORS]
     names = [f["subject"] for f in tensors["findings"]][:25]  # what the table shows
     assert any(len(n) > 45 for n in names)
     lines = table.stdout.splitlines()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtpcheck import CheckName
 from mtpcheck.convert.builtin import hf_to_megatron
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES
@@ -69,7 +70,7 @@ def test_diff_across_formats_is_bit_exact(run_cli, megatron: Path, order: str) -
 def test_megatron_without_mtp_weights(run_cli, megatron_without_mtp: Path) -> None:
     run = run_cli("inspect", megatron_without_mtp, "--format", "json")
     assert run.exit_code == 1, run
-    assert _failing(run.stdout, "mtp-count") == [
+    assert _failing(run.stdout, CheckName.MTP_COUNT) == [
         (
             "mtp-count",
             "config declares 1 MTP layer(s) (mtp_num_layers) but the checkpoint holds no "
@@ -78,7 +79,7 @@ def test_megatron_without_mtp_weights(run_cli, megatron_without_mtp: Path) -> No
     ]
     diffed = run_cli("diff", HF, megatron_without_mtp, "--format", "json")
     assert diffed.exit_code == 1, diffed
-    missing = dict(_failing(diffed.stdout, "tensors"))
+    missing = dict(_failing(diffed.stdout, CheckName.TENSORS))
     assert missing["mtp.layers.0.eh_proj.weight"] == "missing in B (was BF16[16, 32])"
     assert len(missing) == 23  # the whole Megatron MTP layer; embedding and head still match
 

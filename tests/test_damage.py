@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, Run, flip_bit, write_safetensors
 
@@ -62,7 +63,7 @@ def test_transformers_save_pretrained_drops_mtp_and_keeps_the_count(
     inspected = run_cli("inspect", out, "--format", "json")
     assert inspected.exit_code == 1, inspected
     report = _json(inspected)
-    assert _failing(report, "mtp-count") == [
+    assert _failing(report, CheckName.MTP_COUNT) == [
         (
             "mtp-count",
             "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint "
@@ -73,10 +74,12 @@ def test_transformers_save_pretrained_drops_mtp_and_keeps_the_count(
 
     diffed = run_cli("diff", DS, out, "--format", "json")
     assert diffed.exit_code == 1, diffed
-    missing = {s for s, m in _failing(_json(diffed), "tensors") if m.startswith("missing in B")}
+    missing = {
+        s for s, m in _failing(_json(diffed), CheckName.TENSORS) if m.startswith("missing in B")
+    }
     mtp = {n for n in open_checkpoint(DS).tensors if n.startswith("model.layers.2.")}
     assert missing == mtp and len(mtp) == 32
-    assert _failing(_json(diffed), "config") == []
+    assert _failing(_json(diffed), CheckName.CONFIG) == []
 
     # A pre-release gate must fail here too: the round trip audits the source and converts
     # nothing, so no stage is blamed for what the source already lost.
@@ -84,18 +87,18 @@ def test_transformers_save_pretrained_drops_mtp_and_keeps_the_count(
     assert tripped.exit_code == 1, tripped
     report = _json(tripped)
     failed = {c["name"] for c in report["checks"] if c["status"] == "fail"}
-    assert failed == {"source-mtp-count", "source-mtp-layers"}
+    assert failed == {CheckName.SOURCE_MTP_COUNT, CheckName.SOURCE_MTP_LAYERS}
     assert [c["name"] for c in report["checks"]][-1] == "stage1-convert"
-    assert _findings(report, "stage1-convert")[0][0] == "skip"
+    assert _findings(report, CheckName.STAGE1_CONVERT)[0][0] == "skip"
     assert list(tmp_path.glob("mtpcheck-roundtrip-*")) == []
-    assert _failing(report, "source-mtp-count") == [
+    assert _failing(report, CheckName.SOURCE_MTP_COUNT) == [
         (
             "mtp-count",
             "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint "
             "holds no MTP weights",
         )
     ]
-    ((subject, message),) = _failing(report, "source-mtp-layers")
+    ((subject, message),) = _failing(report, CheckName.SOURCE_MTP_LAYERS)
     assert subject == "mtp layer 0"
     assert message.startswith("model.layers.2.: 32 of 32 tensors missing: ")
 
@@ -108,7 +111,7 @@ def test_one_bit_flip_in_the_projection(fixture_copy: Callable[[str], Path], run
 
     run = run_cli("diff", DS, damaged, "--format", "json")
     assert run.exit_code == 1, run
-    (failure,) = _failing(_json(run), "tensors")
+    (failure,) = _failing(_json(run), CheckName.TENSORS)
     assert failure[0] == "model.layers.2.eh_proj.weight"
     assert failure[1].startswith("bits differ in 1 of 512 elements, first at index [1, 5]")
     (entry,) = [t for t in _json(run)["tensors"] if t["status"] != "equal"]
@@ -130,7 +133,7 @@ def test_swapped_projection_halves(fixture_copy, run_cli) -> None:
     _rewrite(damaged / "model.safetensors", swap)
     run = run_cli("diff", FIXTURES / "mimo", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    (failure,) = _failing(_json(run), "tensors")
+    (failure,) = _failing(_json(run), CheckName.TENSORS)
     assert failure[0] == name
     assert failure[1].startswith("bits differ in 512 of 512 elements, first at index [0, 0]")
 
@@ -148,10 +151,10 @@ def test_dtype_upcast_is_reported_not_silently_compared(fixture_copy, run_cli) -
     run = run_cli("diff", DS, damaged, "--format", "json")
     assert run.exit_code == 0, run  # every value kept: a warning, not a failure
     kept = "dtype changed BF16 -> F32 (every value kept: the wider type holds each exactly)"
-    assert [(s, m) for st, s, m in _findings(_json(run), "tensors") if st == "warn"] == [
+    assert [(s, m) for st, s, m in _findings(_json(run), CheckName.TENSORS) if st == "warn"] == [
         (name, kept)
     ]
-    assert _failing(_json(run), "tensors") == []
+    assert _failing(_json(run), CheckName.TENSORS) == []
 
 
 @pytest.mark.parametrize(
@@ -175,10 +178,10 @@ def test_count_key_removed_zeroed_or_too_high(fixture_copy, run_cli, value, mess
     _set_config(damaged, num_nextn_predict_layers=value)
     run = run_cli("inspect", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    assert _failing(_json(run), "mtp-count") == [("mtp-count", message)]
+    assert _failing(_json(run), CheckName.MTP_COUNT) == [("mtp-count", message)]
     diffed = _json(run_cli("diff", FIXTURES / "glm4_moe", damaged, "--format", "json"))
     shown = "(absent)" if value is None else repr(value)
-    assert _failing(diffed, "config") == [("num_nextn_predict_layers", f"1 -> {shown}")]
+    assert _failing(diffed, CheckName.CONFIG) == [("num_nextn_predict_layers", f"1 -> {shown}")]
 
 
 def test_diverged_shared_copy(fixture_copy, run_cli) -> None:
@@ -187,7 +190,7 @@ def test_diverged_shared_copy(fixture_copy, run_cli) -> None:
     flip_bit(Path(meta.file), meta.offset + 2 * 100 + 1, bit=6)
     run = run_cli("inspect", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = _failing(_json(run), "shared-copies")
+    ((subject, message),) = _failing(_json(run), CheckName.SHARED_COPIES)
     assert subject == "model.layers.2.shared_head.head.weight"
     assert message.startswith(
         "diverged from lm_head.weight: bits differ in 1 of 1024 elements, first at index [6, 4]"
@@ -215,11 +218,11 @@ def test_negative_zero_differs_and_identical_nans_are_equal(tmp_path: Path, run_
     assert run_cli("diff", base, same_nan).exit_code == 0
     run = run_cli("diff", base, negzero, "--format", "json")
     assert run.exit_code == 1
-    assert _failing(_json(run), "tensors") == [
+    assert _failing(_json(run), CheckName.TENSORS) == [
         ("lm_head.weight", "bits differ in 1 of 3 elements, first at index [1]; max abs diff 0")
     ]
     run = run_cli("diff", base, other_nan, "--format", "json")
-    assert _failing(_json(run), "tensors") == [
+    assert _failing(_json(run), CheckName.TENSORS) == [
         ("lm_head.weight", "bits differ in 1 of 3 elements, first at index [2]")
     ]
 
@@ -230,7 +233,7 @@ def test_truncated_shard(fixture_copy, run_cli) -> None:
     shard.write_bytes(shard.read_bytes()[:-100])
     run = run_cli("inspect", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    ((subject, message),) = _failing(_json(run), "integrity")
+    ((subject, message),) = _failing(_json(run), CheckName.INTEGRITY)
     assert subject == SHARD2
     assert message == (
         f"{SHARD2} is truncated: header declares 13752 data bytes, the file holds 13652 "
@@ -239,14 +242,14 @@ def test_truncated_shard(fixture_copy, run_cli) -> None:
     )
     # the MTP layer is not whole when some of its bytes are gone, and a cut-off copy is not
     # "diverged": it could not be compared
-    assert _failing(_json(run), "mtp-layers") == [
+    assert _failing(_json(run), CheckName.MTP_LAYERS) == [
         (
             "mtp layer 0",
             "model.layers.2.: 2 of 32 tensors unreadable (their bytes are cut off): "
             "model.layers.2.shared_head.head.weight, model.layers.2.shared_head.norm.weight",
         )
     ]
-    assert _failing(_json(run), "shared-copies") == [
+    assert _failing(_json(run), CheckName.SHARED_COPIES) == [
         (
             "model.layers.2.shared_head.head.weight",
             "not compared with lm_head.weight: the bytes of "
@@ -257,7 +260,7 @@ def test_truncated_shard(fixture_copy, run_cli) -> None:
     assert layer["complete"] is False and len(layer["unreadable"]) == 2
     diffed = run_cli("diff", DS, damaged, "--format", "json")
     assert diffed.exit_code == 1, diffed
-    assert _failing(_json(diffed), "tensors") == [
+    assert _failing(_json(diffed), CheckName.TENSORS) == [
         ("model.layers.2.shared_head.head.weight", "bytes unreadable (file truncated)"),
         ("model.layers.2.shared_head.norm.weight", "bytes unreadable (file truncated)"),
     ]
@@ -267,10 +270,10 @@ def test_missing_shard(fixture_copy, run_cli) -> None:
     damaged = fixture_copy("deepseek_v3")
     (damaged / SHARD2).unlink()
     report = _json(run_cli("inspect", damaged, "--format", "json"))
-    assert _failing(report, "integrity") == [
+    assert _failing(report, CheckName.INTEGRITY) == [
         (SHARD2, f"index names shard {SHARD2} (34 tensors) but the file is missing")
     ]
-    assert _failing(report, "mtp-count")[0][1].endswith("holds no MTP weights")
+    assert _failing(report, CheckName.MTP_COUNT)[0][1].endswith("holds no MTP weights")
 
 
 def test_corrupt_header_exits_2_with_one_line(fixture_copy, run_cli) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.errors import one_line
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, Run, flip_bit
@@ -496,12 +497,12 @@ def test_every_command_on_a_damaged_hf_source(
         assert failing[: len(inspects)] == inspects
         assert failing[len(inspects) :] == (["source-mcore-model"] if case.main_model else [])
         if case.main_model:
-            (main,) = [c for c in trip["checks"] if c["name"] == "source-mcore-model"]
+            (main,) = [c for c in trip["checks"] if c["name"] == CheckName.SOURCE_MCORE_MODEL]
             first = next(f for f in main["findings"] if f["status"] == "fail")
             assert re.search(case.main_model, f"{first['subject']}: {first['message']}")
         else:
             assert _first_failure(trip) == "source-" + _first_failure(report)
-        (stage1,) = [c for c in trip["checks"] if c["name"] == "stage1-convert"]
+        (stage1,) = [c for c in trip["checks"] if c["name"] == CheckName.STAGE1_CONVERT]
         # inspect's 9 checks on the source, and mcore-model where they pass
         assert stage1["status"] == "skip"
         assert len(trip["checks"]) == (11 if case.main_model else 10)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.families import analyse
 from mtpcheck.families.definitions import definition_of, without_definition
@@ -83,9 +84,9 @@ def _transformers() -> str:
 
 def test_the_pass_line_says_what_the_layers_were_held_to(run_cli) -> None:
     run = run_cli("inspect", FIXTURES / "deepseek_v3", "--format", "json")
-    [found] = next(c for c in json.loads(run.stdout)["checks"] if c["name"] == "main-model")[
-        "findings"
-    ]
+    [found] = next(
+        c for c in json.loads(run.stdout)["checks"] if c["name"] == CheckName.MAIN_MODEL
+    )["findings"]
     assert found["message"].endswith(
         f"each layer held to the others of its kind (2 kinds) and to transformers "
         f"{_transformers()}'s DeepseekV3ForCausalLM"

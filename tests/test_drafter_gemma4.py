@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES
 from tests.report_views import failing_of
 
@@ -72,5 +73,5 @@ def test_the_assistant_against_its_target(
     run = run_cli("inspect", ASSISTANT, "--target", target, "--format", "json")
     report = json.loads(run.stdout)
     assert (run.exit_code, failing_of(report)) == (1 if failing else 0, failing)
-    kinds = [c for c in report["checks"] if c["name"] == "drafter-kind"]
+    kinds = [c for c in report["checks"] if c["name"] == CheckName.DRAFTER_KIND]
     assert kinds[0]["findings"][0]["subject"] == "gemma4-assistant"

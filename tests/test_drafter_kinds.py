@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.families.drafter_kinds import DRAFTER_KIND_BY_KEY, DRAFTER_KINDS
 from mtpcheck.families.drafters import dspark_inside, read_config, recognise, unknown_drafter
 
@@ -144,12 +145,12 @@ def test_mtp_tensors_of_a_dspark_target_are_not_counted_as_mtp_layers(
     run = run_cli("inspect", target, "--format", "json")
     report = json.loads(run.stdout)
     assert run.exit_code == 0
-    [count] = next(c for c in report["checks"] if c["name"] == "mtp-count")["findings"]
+    [count] = next(c for c in report["checks"] if c["name"] == CheckName.MTP_COUNT)["findings"]
     assert count["status"] == status
     assert count["message"].startswith(
         "its config names a DSpark drafter (dspark_block_size, dspark_target_layer_ids), held "
         "in 43 mtp.* tensors"
     )
     assert count["message"].endswith(end)
-    layers = next(c for c in report["checks"] if c["name"] == "mtp-layers")
+    layers = next(c for c in report["checks"] if c["name"] == CheckName.MTP_LAYERS)
     assert [f["status"] for f in layers["findings"]] == ["skip"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, flip_bit, tensor_offset
 from tests.report_views import findings_of, report_of
 
@@ -28,7 +29,7 @@ def _checks(report: dict[str, Any]) -> list[str]:
 def test_the_export_is_the_targets_mtp_layer_bit_for_bit(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", NEXTN, "--target", TARGET)
     assert code == 0
-    assert findings_of(report, "drafter-mtp") == [
+    assert findings_of(report, CheckName.DRAFTER_MTP) == [
         (
             "pass",
             "mtp layer",
@@ -41,20 +42,22 @@ def test_the_export_is_the_targets_mtp_layer_bit_for_bit(run_cli) -> None:
         "drafter: DeepSeek NextN layer exported by SGLang"
     )
     # an extraction keeps its target's model_type: the model checks are not its scope
-    assert not {"main-model", "mtp-count", "mtp-layers"} & set(_checks(report))
+    assert not {CheckName.MAIN_MODEL, CheckName.MTP_COUNT, CheckName.MTP_LAYERS} & set(
+        _checks(report)
+    )
 
 
 def test_alone_the_export_is_checked_by_its_kind_and_says_what_needs_the_target(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", NEXTN)
     assert code == 0
-    assert findings_of(report, "pairing") == [
+    assert findings_of(report, CheckName.PAIRING) == [
         (
             "skip",
             "target",
             "not checked without --target TARGET: the MTP layer against the target's, bit for bit",
         )
     ]
-    assert findings_of(report, "drafter-serving")[0] == (
+    assert findings_of(report, CheckName.DRAFTER_SERVING)[0] == (
         "info",
         "SGLang",
         f"--speculative-algorithm NEXTN --speculative-draft-model-path {NEXTN}",
@@ -66,7 +69,7 @@ def test_a_shard_the_exporter_skipped_fails_with_every_lost_tensor(run_cli) -> N
     wrote no tensor of it (NOTES.md); exit 0 on its side."""
     code, report = report_of(run_cli, "inspect", SKIPPED, "--target", TARGET)
     assert code == 1
-    [left_out] = findings_of(report, "drafter-mtp")
+    [left_out] = findings_of(report, CheckName.DRAFTER_MTP)
     assert left_out[:2] == ("fail", "left out")
     assert left_out[2].startswith(
         "30 of the target MTP layer's 30 tensors are absent from the drafter (an exporter "
@@ -76,7 +79,7 @@ def test_a_shard_the_exporter_skipped_fails_with_every_lost_tensor(run_cli) -> N
         "fail",
         "model.layers.0.eh_proj.weight",
         "absent: every drafter of this kind holds it",
-    ) in (findings_of(report, "drafter-tensors"))
+    ) in (findings_of(report, CheckName.DRAFTER_TENSORS))
 
 
 def test_one_flipped_bit_of_the_export_fails_by_name(run_cli, tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_one_flipped_bit_of_the_export_fails_by_name(run_cli, tmp_path: Path) ->
     flip_bit(shard, tensor_offset(shard, "model.layers.0.eh_proj.weight") + 6, bit=3)
     code, report = report_of(run_cli, "inspect", damaged, "--target", TARGET)
     assert code == 1
-    [(status, subject, message)] = findings_of(report, "drafter-mtp")
+    [(status, subject, message)] = findings_of(report, CheckName.DRAFTER_MTP)
     assert (status, subject) == ("fail", "model.layers.0.eh_proj.weight")
     assert "1 of" in message and "differ" in message
 
@@ -96,8 +99,8 @@ def test_diff_compares_the_export_with_the_targets_mtp_layer(run_cli, order: str
     pair = (TARGET, NEXTN) if order == "target-first" else (NEXTN, TARGET)
     code, report = report_of(run_cli, "diff", *pair)
     assert code == 0
-    assert _checks(report) == ["integrity", "scope", "drafter-mtp"]
-    [(status, _, message)] = findings_of(report, "drafter-mtp")
+    assert _checks(report) == [CheckName.INTEGRITY, CheckName.SCOPE, CheckName.DRAFTER_MTP]
+    [(status, _, message)] = findings_of(report, CheckName.DRAFTER_MTP)
     assert status == "pass" and message.startswith("30 tensors bit-identical")
     assert len(report["tensors"]) == 30
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.hub_server import FakeHub, HubServer
 
 DATA = Path(__file__).resolve().parent / "data" / "speculators"
@@ -68,10 +69,14 @@ def test_headers_alone_judge_the_pair_and_say_what_needs_bytes(run_cli, online) 
         "inspect", "hf://org/eagle3", "--target", "hf://org/llama-target", "--format", "json"
     )
     assert run.exit_code == 0, run.stderr
-    assert _findings(run, "pairing-shape")[0] == ("pass", "vocabulary", "256, as the target's")
-    [(status, subject, message)] = _findings(run, "drafter-vocab")
+    assert _findings(run, CheckName.PAIRING_SHAPE)[0] == (
+        "pass",
+        "vocabulary",
+        "256, as the target's",
+    )
+    [(status, subject, message)] = _findings(run, CheckName.DRAFTER_VOCAB)
     assert (status, subject) == ("skip", "d2t") and message.startswith("values not read: ")
-    assert _findings(run, "pairing-embedding")[0] == (
+    assert _findings(run, CheckName.PAIRING_EMBEDDING)[0] == (
         "skip",
         "embed_tokens.weight",
         "not compared: bytes not at hand (--fetch reads them)",
@@ -90,9 +95,9 @@ def test_with_fetch_the_bytes_a_comparison_needs_are_read(run_cli, online) -> No
         "json",
     )
     assert run.exit_code == 1, run.stderr
-    [embedding, _] = _findings(run, "pairing-embedding")
+    [embedding, _] = _findings(run, CheckName.PAIRING_EMBEDDING)
     assert embedding[:2] == ("fail", "embed_tokens.weight")
-    assert _findings(run, "drafter-vocab")[0][0] == "pass"
+    assert _findings(run, CheckName.DRAFTER_VOCAB)[0][0] == "pass"
     # the maps (128 x 8 + 256 bytes) and both embeddings (2 x 65536), nothing else
     assert 0 < _tensor_bytes(online) <= 128 * 8 + 256 + 2 * 256 * 64 * 4
 
@@ -108,7 +113,7 @@ def test_a_local_drafter_against_a_hub_target(run_cli, online) -> None:
         "json",
     )
     assert run.exit_code == 0, run.stderr
-    assert _findings(run, "pairing-embedding")[0] == (
+    assert _findings(run, CheckName.PAIRING_EMBEDDING)[0] == (
         "pass",
         "embed_tokens.weight",
         "an identical copy of the target's (65536 bytes)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mtpcheck import CheckName
 from tests.report_views import findings_of, report_of
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,8 +21,8 @@ def _inspect(run_cli: Any, case: str) -> tuple[int, dict[str, Any]]:
 def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_cli) -> None:
     code, report = _inspect(run_cli, "eagle3-native-aux")
     assert code == 0
-    assert findings_of(report, "drafter-kind")[0][:2] == ("pass", "eagle3")
-    taps = findings_of(report, "drafter-taps")
+    assert findings_of(report, CheckName.DRAFTER_KIND)[0][:2] == ("pass", "eagle3")
+    taps = findings_of(report, CheckName.DRAFTER_TAPS)
     assert taps[0] == (
         "pass",
         "eagle_config.eagle_aux_hidden_state_layer_ids",
@@ -30,8 +31,8 @@ def test_the_export_with_its_taps_recorded_passes_and_names_both_numberings(run_
     said = {subject: message for _, subject, message in taps[1:]}
     assert said["SpecForge 0.2.0"].startswith("trains on them as 0-based layer indices")
     assert said["vLLM 0.32"].endswith("(one layer earlier than SpecForge trained on)")
-    assert findings_of(report, "drafter-vocab")[0][0] == "pass"
-    assert findings_of(report, "pairing-embedding")[0] == (
+    assert findings_of(report, CheckName.DRAFTER_VOCAB)[0][0] == "pass"
+    assert findings_of(report, CheckName.PAIRING_EMBEDDING)[0] == (
         "pass",
         "embed_tokens.weight",
         "absent: the engines use the target's",

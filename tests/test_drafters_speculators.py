@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, flip_bit, tensor_offset
 from tests.report_views import failing_of, findings_of, report_of
 from tests.thirdparty.tools import tool_output
@@ -33,8 +34,8 @@ TARGET = DATA / "llama-target"
 def test_intact_drafters_pass_with_their_target(run_cli, case: str, kind: str) -> None:
     code, report = report_of(run_cli, "inspect", DATA / case, "--target", TARGET)
     assert (code, failing_of(report)) == (0, [])
-    assert findings_of(report, "drafter-kind")[0][:2] == ("pass", kind)
-    assert findings_of(report, "pairing-shape") == [
+    assert findings_of(report, CheckName.DRAFTER_KIND)[0][:2] == ("pass", kind)
+    assert findings_of(report, CheckName.PAIRING_SHAPE) == [
         ("pass", "vocabulary", "256, as the target's"),
         ("pass", "width", "64, as the target's"),
     ]
@@ -43,7 +44,7 @@ def test_intact_drafters_pass_with_their_target(run_cli, case: str, kind: str) -
 def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", DATA / "eagle3", "--target", TARGET)
     assert code == 0
-    assert findings_of(report, "drafter-tensors") == [
+    assert findings_of(report, CheckName.DRAFTER_TENSORS) == [
         (
             "pass",
             "tensors",
@@ -51,12 +52,12 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
         ),
         ("pass", "fc.weight", "input width 192 = 3 taps x target width 64"),
     ]
-    assert findings_of(report, "drafter-taps")[0] == (
+    assert findings_of(report, CheckName.DRAFTER_TAPS)[0] == (
         "pass",
         "eagle_aux_hidden_state_layer_ids",
         "[1, 2, 3], increasing inside the target's 4 layers, in the hidden-state index numbering",
     )
-    assert findings_of(report, "drafter-vocab") == [
+    assert findings_of(report, CheckName.DRAFTER_VOCAB) == [
         (
             "pass",
             "d2t",
@@ -64,7 +65,7 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
             "those",
         )
     ]
-    assert findings_of(report, "pairing-embedding") == [
+    assert findings_of(report, CheckName.PAIRING_EMBEDDING) == [
         ("pass", "embed_tokens.weight", "an identical copy of the target's (65536 bytes)"),
         (
             "info",
@@ -72,7 +73,7 @@ def test_the_eagle3_drafter_is_checked_whole(run_cli) -> None:
             "the drafter's own, shaped [128, 64] (target's lm_head.weight: [256, 64])",
         ),
     ]
-    [vllm, sglang] = findings_of(report, "drafter-serving")
+    [vllm, sglang] = findings_of(report, CheckName.DRAFTER_SERVING)
     assert vllm[2].startswith(
         '--speculative-config \'{"method": "eagle3", "model": "'
         f'{DATA / "eagle3"}", "num_speculative_tokens": 3}}\''
@@ -88,9 +89,9 @@ def test_without_target_the_pairing_is_named_as_not_checked(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", DATA / "eagle3")
     assert code == 0
     assert ("skip", "target", "whether they lie inside the target: needs --target") in (
-        findings_of(report, "drafter-taps")
+        findings_of(report, CheckName.DRAFTER_TAPS)
     )
-    assert findings_of(report, "pairing") == [
+    assert findings_of(report, CheckName.PAIRING) == [
         (
             "skip",
             "target",
@@ -151,7 +152,7 @@ def test_a_random_embedding_under_a_frozen_flag_fails(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", DATA / "eagle3-random-embed", "--target", TARGET)
     assert code == 1
     [(check, subject, message)] = failing_of(report)
-    assert (check, subject) == ("pairing-embedding", "embed_tokens.weight")
+    assert (check, subject) == (CheckName.PAIRING_EMBEDDING, "embed_tokens.weight")
     assert message.startswith("its config says it is the target's, but it differs (bits differ")
     assert message.endswith("vLLM keeps the drafter's own, SGLang takes the target's")
 
@@ -196,7 +197,7 @@ def test_an_unknown_speculators_kind_is_a_skip_that_says_what_was_seen(
     (drafter / "config.json").write_text(json.dumps(config))
     code, report = report_of(run_cli, "inspect", drafter)
     assert code == 0
-    assert findings_of(report, "drafter-kind") == [
+    assert findings_of(report, CheckName.DRAFTER_KIND) == [
         (
             "skip",
             "kind",
@@ -213,7 +214,7 @@ MTP = DATA / "mtp-qwen3next"
 def test_the_mtp_conversion_is_the_targets_layer_with_its_experts_fused(run_cli) -> None:
     code, report = report_of(run_cli, "inspect", MTP, "--target", QWEN3_NEXT)
     assert code == 0
-    assert findings_of(report, "drafter-mtp") == [
+    assert findings_of(report, CheckName.DRAFTER_MTP) == [
         (
             "pass",
             "mtp layer",
@@ -232,7 +233,7 @@ def test_one_flipped_bit_of_a_fused_expert_is_named_by_its_slice(run_cli, tmp_pa
     code, report = report_of(run_cli, "diff", QWEN3_NEXT, drafter)
     assert code == 1
     [(check, subject, message)] = failing_of(report)
-    assert (check, subject) == ("drafter-mtp", "mtp_layers.0.mlp.experts.2.up_proj.weight")
+    assert (check, subject) == (CheckName.DRAFTER_MTP, "mtp_layers.0.mlp.experts.2.up_proj.weight")
     assert message.startswith("bits differ in 1 of 128 elements, first at index [0, 0]")
 
 
@@ -243,7 +244,7 @@ def test_the_stitched_target_keeps_the_mtp_layer_and_gains_a_nan_head(run_cli) -
     stitched = DATA / "mtp-qwen3next-stitched"
     code, report = report_of(run_cli, "diff", QWEN3_NEXT, stitched)
     assert code == 0
-    assert findings_of(report, "tensors")[0] == (
+    assert findings_of(report, CheckName.TENSORS)[0] == (
         "pass",
         "MTP scope",
         "31 of 31 tensors bit-identical (11360 bytes compared equal)",
@@ -289,7 +290,7 @@ def test_a_dflash_drafter_without_its_taps_fails(run_cli, tmp_path: Path) -> Non
     code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
     assert code == 1
     [(check, subject, message)] = failing_of(report)
-    assert (check, subject) == ("drafter-taps", "aux_hidden_state_layer_ids")
+    assert (check, subject) == (CheckName.DRAFTER_TAPS, "aux_hidden_state_layer_ids")
     assert message.startswith("absent: no engine is told which target layers to tap")
 
 
@@ -317,7 +318,7 @@ def test_a_tokenizer_beside_the_drafter_is_held_to_the_targets(run_cli, tmp_path
     code, report = report_of(run_cli, "inspect", drafter, "--target", TARGET)
     assert code == 0
     assert ("pass", "tokenizer", "the same token table as the target's") in (
-        findings_of(report, "pairing-shape")
+        findings_of(report, CheckName.PAIRING_SHAPE)
     )
     tokenizer = json.loads((drafter / "tokenizer.json").read_text())
     vocab = tokenizer["model"]["vocab"]

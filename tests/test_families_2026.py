@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.families import MtpFamily
 from mtpcheck.families.catalog_2026 import FAMILIES_2026 as REGISTERED_2026
 from mtpcheck.formats import open_checkpoint
@@ -111,17 +112,17 @@ def test_complete_checkpoint_passes(run_cli, name: str) -> None:
     assert code == 0, report
     assert report["inputs"][0]["family"] == key
     said = "assumed" if source.startswith("no count key") else "declared"
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         ("pass", f"{layers} {said} ({source}); {layers} present, complete")
     ]
-    statuses = [s for s, _ in _findings(report, "mtp-layers")]
+    statuses = [s for s, _ in _findings(report, CheckName.MTP_LAYERS)]
     assert statuses == ["pass"] * layers
 
 
 def test_a_config_that_advertises_mtp_without_weights_fails_naming_the_key(run_cli) -> None:
     code, report = _inspect(run_cli, FIXTURES / "minimax_m2")
     assert code == 1
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         (
             "fail",
             "config declares 3 MTP layer(s) (num_mtp_modules) but the checkpoint holds no "
@@ -152,7 +153,7 @@ def test_transformers_loads_the_fixture_and_its_resave_drops_mtp(
     _, layers, source = EXPECTED[name]
     code, report = _inspect(run_cli, tmp_path / "resaved")
     assert code == 1
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         (
             "fail",
             f"config declares {layers} MTP layer(s) ({source}) but the checkpoint holds no "
@@ -181,10 +182,10 @@ def test_one_layer_of_several_missing(
     _rewrite(FIXTURES / name, tmp_path / name, lambda n: not n.startswith(gone))
     code, report = _inspect(run_cli, tmp_path / name)
     assert code == 1
-    [(status, text)] = _findings(report, "mtp-count")
+    [(status, text)] = _findings(report, CheckName.MTP_COUNT)
     assert status == "fail" and text.startswith(message)
     assert text.endswith("; 2 present, 2 complete")
-    layers = _findings(report, "mtp-layers")
+    layers = _findings(report, CheckName.MTP_LAYERS)
     assert [s for s, _ in layers] == ["pass", "fail", "pass"]
     held = sum(n.startswith(gone) for n in open_checkpoint(FIXTURES / name).tensors)
     assert layers[1][1].startswith(f"{gone}: {held} of {held} tensors missing: ")
@@ -218,7 +219,7 @@ def test_a_missing_packed_expert_tensor_is_named(run_cli, tmp_path: Path) -> Non
     _rewrite(FIXTURES / "qwen3_5_moe", tmp_path / "q", lambda n: n != gone)
     code, report = _inspect(run_cli, tmp_path / "q")
     assert code == 1
-    assert _findings(report, "mtp-layers") == [
+    assert _findings(report, CheckName.MTP_LAYERS) == [
         ("fail", f"mtp.layers.0.: 1 of 19 tensors missing: {gone}")
     ]
 
@@ -256,11 +257,11 @@ def test_packed_main_experts_and_per_expert_mtp_experts(run_cli, tmp_path: Path)
         tensors[f"{mtp}{e}.down_proj.weight"] = down[e].clone()
     save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
     code, report = _inspect(run_cli, src)
-    assert code == 0, _findings(report, "mtp-layers")
+    assert code == 0, _findings(report, CheckName.MTP_LAYERS)
     _rewrite(src, tmp_path / "gone", lambda n: n != f"{mtp}2.down_proj.weight")
     code, report = _inspect(run_cli, tmp_path / "gone")
     assert code == 1
-    assert _findings(report, "mtp-layers") == [
+    assert _findings(report, CheckName.MTP_LAYERS) == [
         ("fail", f"mtp.layers.0.: 1 of 29 tensors missing: {mtp}2.down_proj.weight")
     ]
 
@@ -276,10 +277,10 @@ def test_nemotron_h_depth_spans_its_pattern_and_a_lost_flat_layer_is_named(
     _rewrite(FIXTURES / "nemotron_h", tmp_path / "n", lambda n: not n.startswith("mtp.layers.1."))
     code, report = _inspect(run_cli, tmp_path / "n")
     assert code == 1
-    [(status, text)] = _findings(report, "mtp-layers")
+    [(status, text)] = _findings(report, CheckName.MTP_LAYERS)
     assert status == "fail" and text.startswith("mtp.layers.0.: ")
     assert "mtp.layers.1.final_layernorm.weight" in layer.present
-    missing = next(c for c in report["checks"] if c["name"] == "mtp-layers")["findings"][0]
+    missing = next(c for c in report["checks"] if c["name"] == CheckName.MTP_LAYERS)["findings"][0]
     assert "mtp.layers.1.final_layernorm.weight" in missing["details"]["missing"]
     assert "mtp.layers.1.mixer.gate.weight" in missing["details"]["missing"]
 
@@ -292,7 +293,7 @@ def test_deepseek_v4_copies_are_checked_bit_for_bit(run_cli, tmp_path: Path) -> 
     flip_bit(dst / "model.safetensors", meta.offset + 3, bit=7)
     code, report = _inspect(run_cli, dst)
     assert code == 1
-    [(emb, same), (head, diverged)] = _findings(report, "shared-copies")
+    [(emb, same), (head, diverged)] = _findings(report, CheckName.SHARED_COPIES)
     assert (emb, same) == ("pass", "bit-identical to embed.weight (4096 bytes)")
     assert head == "fail" and diverged.startswith("diverged from head.weight: ")
 
@@ -307,7 +308,7 @@ def test_ling_mtp_counted_inside_num_hidden_layers_is_found(run_cli, tmp_path: P
     (dst / "config.json").write_text(json.dumps(config))
     code, report = _inspect(run_cli, dst)
     assert code == 0, report
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         ("pass", "1 declared (num_nextn_predict_layers); 1 present, complete")
     ]
 
@@ -332,12 +333,12 @@ def test_gemma4_main_model_has_its_drafter_elsewhere(run_cli, tmp_path: Path) ->
     code, report = _inspect(run_cli, tmp_path / "g")
     assert code == 0
     assert report["inputs"][0]["family"] == "gemma4"
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         ("pass", "no MTP layers expected: the drafter ships as a separate checkpoint")
     ]
     code, report = _inspect(run_cli, FIXTURES / "gemma4_assistant")
     assert code == 0
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         ("pass", "no MTP layers expected: this checkpoint is itself the drafter")
     ]
 
@@ -382,7 +383,7 @@ def test_mtp_dropped_by_a_tool_without_a_transformers_class(
     code, report = _inspect(run_cli, tmp_path / name)
     _, layers, source = EXPECTED[name]
     assert code == 1
-    assert _findings(report, "mtp-count") == [
+    assert _findings(report, CheckName.MTP_COUNT) == [
         (
             "fail",
             f"config declares {layers} MTP layer(s) ({source}) but the checkpoint holds no "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, flip_bit
 
@@ -117,7 +118,7 @@ def test_a_flipped_bit_in_the_nextn_embedding_copy_fails(run_cli, tmp_path: Path
     meta = open_checkpoint(damaged).tensors["blk.2.nextn.embed_tokens.weight"]
     flip_bit(damaged, meta.offset + 6, bit=3)
     report = _inspect(run_cli, damaged, code=1)
-    (check,) = [c for c in report["checks"] if c["name"] == "shared-copies"]
+    (check,) = [c for c in report["checks"] if c["name"] == CheckName.SHARED_COPIES]
     (bad,) = [f for f in check["findings"] if f["status"] == "fail"]
     assert bad["subject"] == "blk.2.nextn.embed_tokens.weight"
     assert bad["message"].startswith("diverged from token_embd.weight: bits differ in 1 of ")
@@ -128,7 +129,7 @@ def test_a_truncated_file_names_what_it_cut(run_cli, tmp_path: Path) -> None:
     damaged = tmp_path / "cut.gguf"
     damaged.write_bytes(src.read_bytes()[:-4096])
     report = _inspect(run_cli, damaged, code=1)
-    (check,) = [c for c in report["checks"] if c["name"] == "integrity"]
+    (check,) = [c for c in report["checks"] if c["name"] == CheckName.INTEGRITY]
     assert check["status"] == "fail"
     assert any("ends before the bytes of" in f["message"] for f in check["findings"])
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.mapping.gguf_names import BY_ARCH, plan_gguf
 from tests.conftest import FIXTURES, flip_bit
@@ -30,7 +31,7 @@ def _diff(run_cli, *args: str | Path, code: int = 0) -> dict:
 
 
 def _tensor_check(report: dict) -> dict:
-    (check,) = [c for c in report["checks"] if c["name"] == "tensors"]
+    (check,) = [c for c in report["checks"] if c["name"] == CheckName.TENSORS]
     return check
 
 
@@ -125,7 +126,7 @@ def test_deepseek_v3_lost_its_mtp_layer_in_conversion(run_cli) -> None:
     """This converter writes DeepSeek-V3 without the MTP layer: the diff fails on the count
     and names every MTP tensor missing, and says why."""
     report = _diff(run_cli, FIXTURES / "deepseek_v3", _gguf("deepseek_v3__bf16__full"), code=1)
-    (config,) = [c for c in report["checks"] if c["name"] == "config"]
+    (config,) = [c for c in report["checks"] if c["name"] == CheckName.CONFIG]
     (count,) = [f for f in config["findings"] if f["status"] == "fail"]
     assert count["subject"] == "nextn_predict_layers"
     missing = {t["name"] for t in report["tensors"] if t["status"] == "missing"}
@@ -254,7 +255,7 @@ def test_the_k_quant_file_passes_inspect_with_its_head_copy_quantized_apart(run_
     run = run_cli("inspect", Q4_K_M, "--format", "json")
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    (copies,) = [c for c in report["checks"] if c["name"] == "shared-copies"]
+    (copies,) = [c for c in report["checks"] if c["name"] == CheckName.SHARED_COPIES]
     found = {f["subject"]: (f["status"], f["message"]) for f in copies["findings"]}
     assert found["blk.2.nextn.embed_tokens.weight"][0] == "pass"
     status, message = found["blk.2.nextn.shared_head_head.weight"]

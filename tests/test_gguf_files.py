@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats import open_checkpoint
 from tests.test_gguf import CORPUS, _gguf
 from tests.thirdparty.tools import require
@@ -60,7 +61,7 @@ def test_a_missing_shard_is_named(run_cli, tmp_path: Path) -> None:
     for shard in sorted(SPLIT.glob("*.gguf"))[:3]:
         shutil.copy(shard, tmp_path)
     report = _report(run_cli, "inspect", tmp_path, code=1)
-    (missing,) = [f for f in _findings(report, "integrity") if f["status"] == "fail"]
+    (missing,) = [f for f in _findings(report, CheckName.INTEGRITY) if f["status"] == "fail"]
     assert missing["subject"] == "Glm4_Moe-4x10K-BF16-00004-of-00004.gguf"
     assert missing["message"].endswith("of the split set is missing")
 
@@ -85,14 +86,14 @@ def test_a_target_and_its_draft_pass_together(run_cli, tmp_path: Path, draft: st
 
 def test_the_target_alone_says_where_its_draft_is_expected(run_cli, tmp_path: Path) -> None:
     target = _gguf("glm4_moe__bf16__no-mtp")
-    alone = _findings(_report(run_cli, "inspect", target), "mtp-count")
+    alone = _findings(_report(run_cli, "inspect", target), CheckName.MTP_COUNT)
     (note,) = [f for f in alone if f["subject"] == "draft"]
     assert note["message"].endswith(
         "writes a split-off MTP head to mtp-<name>.gguf, and none is beside it"
     )
     shutil.copy(target, tmp_path)
     shutil.copy(_gguf("glm4_moe__bf16__mtp"), tmp_path)
-    beside = _findings(_report(run_cli, "inspect", tmp_path / target.name), "mtp-count")
+    beside = _findings(_report(run_cli, "inspect", tmp_path / target.name), CheckName.MTP_COUNT)
     (note,) = [f for f in beside if f["subject"] == "draft"]
     assert "mtp-Glm4_Moe-BF16.gguf beside it: check the pair with --draft" in note["message"]
 
@@ -106,7 +107,9 @@ def test_a_draft_of_another_model_does_not_fit(run_cli) -> None:
         _gguf("glm4_moe__bf16__mtp"),
         code=1,
     )
-    messages = [f["message"] for f in _findings(report, "integrity") if f["status"] == "fail"]
+    messages = [
+        f["message"] for f in _findings(report, CheckName.INTEGRITY) if f["status"] == "fail"
+    ]
     assert (
         "the draft mtp-Glm4_Moe-BF16.gguf: architecture 'glm4moe', the target's is 'qwen3next'"
         in messages
@@ -164,7 +167,7 @@ def test_no_mtp_output_that_still_declares_its_nextn_layer_fails(run_cli, tmp_pa
     _rewrite(_gguf("glm4_moe__bf16__no-mtp"), damaged, keys, lambda _: True)
     assert open_checkpoint(damaged).config["glm4moe.nextn_predict_layers"] == 1
     report = _report(run_cli, "inspect", damaged, code=1)
-    (count,) = _findings(report, "mtp-count")
+    (count,) = _findings(report, CheckName.MTP_COUNT)
     assert count["status"] == "fail"
     assert count["message"] == (
         "config declares 1 MTP layer(s) (nextn_predict_layers) but the checkpoint holds no "
@@ -177,7 +180,7 @@ def test_a_file_that_lost_its_nextn_tensors_names_them(run_cli, tmp_path: Path) 
     damaged = tmp_path / "glm.gguf"
     _rewrite(_gguf("glm4_moe__bf16__full"), damaged, {}, lambda n: ".nextn." not in n)
     report = _report(run_cli, "inspect", damaged, code=1)
-    failed = [f for f in _findings(report, "mtp-layers") if f["status"] == "fail"]
+    failed = [f for f in _findings(report, CheckName.MTP_LAYERS) if f["status"] == "fail"]
     assert failed and "blk.2.nextn.eh_proj.weight" in failed[0]["message"]
 
 
@@ -207,5 +210,5 @@ def test_a_file_that_lost_main_weights_names_them(
     damaged = tmp_path / "glm.gguf"
     _rewrite(_gguf("glm4_moe__bf16__full"), damaged, {}, lambda n: not n.startswith(lost))
     report = _report(run_cli, "inspect", damaged, code=1)
-    failed = [(f["subject"], f["message"]) for f in _findings(report, "main-model")]
+    failed = [(f["subject"], f["message"]) for f in _findings(report, CheckName.MAIN_MODEL)]
     assert failed == [(subject, message)]

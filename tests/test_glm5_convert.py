@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.convert.builtin import hf_to_megatron
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.formats.safe_pickle import load_raw_pickle
@@ -57,8 +58,8 @@ def test_round_trip_is_bit_exact(run_cli, tmp_path: Path) -> None:
     assert run.exit_code == 0, run
     report = _report(run)
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert statuses.pop("source-shared-copies") == "skip"  # the family stores no copies
-    statuses.pop("source-serving")  # tests/test_serving.py
+    assert statuses.pop(CheckName.SOURCE_SHARED_COPIES) == "skip"  # the family stores no copies
+    statuses.pop(CheckName.SOURCE_SERVING)  # tests/test_serving.py
     assert set(statuses.values()) == {"pass"}
     assert len(report["tensors"]) == 86
     assert {t["status"] for t in report["tensors"]} == {"equal"}
@@ -110,7 +111,9 @@ def test_synthetic_glm5_78_plus_1_round_trip(run_cli, tmp_path: Path) -> None:
     assert run.exit_code == 0, run
     report = _report(run)
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert statuses.pop("source-serving") == "warn"  # the fixture's config has no router keys
+    assert (
+        statuses.pop(CheckName.SOURCE_SERVING) == "warn"
+    )  # the fixture's config has no router keys
     assert set(statuses.values()) == {"pass"}  # copies built and compared
     source = report["inputs"][0]
     assert (source["family"], source["declared_mtp_layers"]) == ("glm_moe_dsa", 1)
@@ -133,12 +136,17 @@ def test_converter_with_mtp_off_fails_at_stage_1(run_cli, tmp_path: Path) -> Non
     assert run.exit_code == 1, run
     report = _report(run)
     failed = {c["name"] for c in report["checks"] if c["status"] == "fail"}
-    assert failed == {"stage1-mtp-count", "stage1-tensors", "roundtrip-tensors", "final-mtp-count"}
-    (count,) = [c for c in report["checks"] if c["name"] == "stage1-mtp-count"]
+    assert failed == {
+        CheckName.STAGE1_MTP_COUNT,
+        CheckName.STAGE1_TENSORS,
+        CheckName.ROUNDTRIP_TENSORS,
+        CheckName.FINAL_MTP_COUNT,
+    }
+    (count,) = [c for c in report["checks"] if c["name"] == CheckName.STAGE1_MTP_COUNT]
     assert count["findings"][0]["message"] == (
         f"{STAGE1}: Megatron declares 0 (mtp_num_layers: null), the source 1"
     )
-    (final,) = [c for c in report["checks"] if c["name"] == "roundtrip-tensors"]
+    (final,) = [c for c in report["checks"] if c["name"] == CheckName.ROUNDTRIP_TENSORS]
     lost = {f["subject"]: f["message"] for f in final["findings"] if f["status"] == "fail"}
     mtp = {n for n in open_checkpoint(SOURCE).tensors if n.startswith("model.layers.2.")}
     assert set(lost) == mtp and len(mtp) == 35

@@ -374,15 +374,15 @@ def test_a_fault_in_megatron_cores_model_of_the_config_is_exit_3(
 
 
 def test_every_renderer_takes_a_check_without_findings() -> None:
-    from mtpcheck.model import CheckResult, Report
+    from mtpcheck.model import CheckName, CheckResult, Report
     from mtpcheck.report import renderer
 
-    report = Report("inspect", (), (CheckResult("empty", "Nothing found", ()),))
+    report = Report("inspect", (), (CheckResult(CheckName.INTEGRITY, "Nothing found", ()),))
     for kind in ("table", "json", "junit", "markdown"):
         out = io.StringIO()
         renderer(kind).render(report, out)
         assert out.getvalue(), kind  # the table and Markdown list findings: none here
-    assert '"name": "empty"' in _rendered(renderer("json"), report)
+    assert '"name": "integrity"' in _rendered(renderer("json"), report)
     assert '<skipped message="no findings"' in _rendered(renderer("junit"), report)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.families import analyse
 from mtpcheck.formats import open_checkpoint
@@ -52,7 +53,7 @@ def _rewrite_without(root: Path, drop: Callable[[str], bool]) -> list[str]:
 
 def _main_findings(run: Run) -> list[tuple[str, str, str]]:
     report = json.loads(run.stdout)
-    (check,) = [c for c in report["checks"] if c["name"] == "main-model"]
+    (check,) = [c for c in report["checks"] if c["name"] == CheckName.MAIN_MODEL]
     return [(f["status"], f["subject"], f["message"]) for f in check["findings"]]
 
 
@@ -190,7 +191,7 @@ def test_a_main_layer_and_the_head_gone_blame_the_main_model(fixture_copy, run_c
         ),
     ]
     layers = json.loads(run.stdout)["checks"]
-    (mtp,) = [c for c in layers if c["name"] == "mtp-layers"]
+    (mtp,) = [c for c in layers if c["name"] == CheckName.MTP_LAYERS]
     # the MTP layer is whole: only the head it drafts through is missing, named as such
     assert [(f["status"], f["subject"]) for f in mtp["findings"]] == [
         ("pass", "mtp layer 0"),
@@ -324,4 +325,4 @@ def test_mergekit_drops_every_routed_expert_of_a_layer(run_cli) -> None:
     assert _main_findings(run) == [
         ("fail", "main layer 1 (moe)", "no routed experts: the config makes it an MoE layer of 4")
     ]
-    assert _failing_checks(run) == ["main-model", "mtp-count", "mtp-layers"]
+    assert _failing_checks(run) == [CheckName.MAIN_MODEL, CheckName.MTP_COUNT, CheckName.MTP_LAYERS]

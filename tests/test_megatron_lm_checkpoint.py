@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from mtpcheck import CheckName
 from mtpcheck.errors import InputError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.formats.megatron_common import canonical_name
@@ -53,7 +54,7 @@ def test_inspect_passes(run_cli) -> None:
     run: Run = run_cli("inspect", DATA, "--format", "json")
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    (count,) = [c for c in report["checks"] if c["name"] == "mtp-count"]
+    (count,) = [c for c in report["checks"] if c["name"] == CheckName.MTP_COUNT]
     assert count["findings"][0]["message"] == "1 declared (mtp_num_layers); 1 present, complete"
 
 

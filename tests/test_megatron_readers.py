@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from mtpcheck import CheckName
 from mtpcheck.dtypes import safetensors_code
 from mtpcheck.errors import InputError
 from mtpcheck.formats import READERS, open_checkpoint
@@ -495,7 +496,7 @@ def test_megatron_checkpoints_are_read_without_torch(parallel: Path, single: Pat
         assert run.returncode == 0, run.stderr
         stderr_lines(run)
         report = json.loads(run.stdout)
-        (tensors,) = [c for c in report["checks"] if c["name"] == "tensors"]
+        (tensors,) = [c for c in report["checks"] if c["name"] == CheckName.TENSORS]
         assert tensors["status"] == "pass", tensors
         assert {t["status"] for t in report["tensors"]} == {"equal"}
         assert len(report["tensors"]) == len(open_checkpoint(parallel / b).tensors)

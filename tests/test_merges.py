@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run
 from tests.thirdparty.tools import tool_output
 
@@ -86,7 +87,7 @@ def test_a_drafter_kept_beside_moved_main_weights_is_called_stale(
     assert run.exit_code == 0, run
     report = _report(run)
     assert _findings(report, "fail") == []
-    warned = _findings(report, "warn", "tensors")
+    warned = _findings(report, "warn", CheckName.TENSORS)
     assert warned == [("tensors", "mtp layers", STALE.format(moved=moved, of=of))]
 
 
@@ -111,9 +112,11 @@ def test_a_stale_drafter_is_called_stale_across_formats(
     for a, b in ((source, megatron), (megatron, source)):
         run = run_cli("diff", a, b, "--format", "json")
         assert run.exit_code == 0, run
-        assert _findings(_report(run), "warn", "tensors") == [("tensors", "mtp layers", stale)]
+        assert _findings(_report(run), "warn", CheckName.TENSORS) == [
+            ("tensors", "mtp layers", stale)
+        ]
     same = run_cli("diff", DATA / case, megatron, "--format", "json")
-    assert same.exit_code == 0 and _findings(_report(same), "warn", "tensors") == []
+    assert same.exit_code == 0 and _findings(_report(same), "warn", CheckName.TENSORS) == []
 
 
 def test_a_stale_drafter_is_called_stale_in_llama_cpp_names(run_cli) -> None:
@@ -125,17 +128,17 @@ def test_a_stale_drafter_is_called_stale_in_llama_cpp_names(run_cli) -> None:
     stale = STALE_ACROSS.replace("decoder.layers.1.", "blk.1.").format(moved=4, of=16)
     run = run_cli("diff", FIXTURES / "glm4_moe", gguf, "--format", "json")
     assert run.exit_code == 0, run
-    assert _findings(_report(run), "warn", "tensors") == [("tensors", "mtp layers", stale)]
+    assert _findings(_report(run), "warn", CheckName.TENSORS) == [("tensors", "mtp layers", stale)]
     shipped = GGUF.parent / case  # what the GGUF was converted from, whatever DATA points at
     same = run_cli("diff", shipped, gguf, "--format", "json")
-    assert same.exit_code == 0 and _findings(_report(same), "warn", "tensors") == []
+    assert same.exit_code == 0 and _findings(_report(same), "warn", CheckName.TENSORS) == []
 
 
 def test_an_unmoved_main_model_is_not_stale(run_cli) -> None:
     """The MTP layer is unchanged, and so is the main model: nothing to warn of."""
     fixture = FIXTURES / "glm4_moe"
     run = run_cli("diff", fixture, fixture, "--format", "json")
-    assert run.exit_code == 0 and _findings(_report(run), "warn", "tensors") == []
+    assert run.exit_code == 0 and _findings(_report(run), "warn", CheckName.TENSORS) == []
 
 
 def test_fill_missing_params_leaves_the_base_index_beside_its_file(run_cli) -> None:
@@ -144,7 +147,7 @@ def test_fill_missing_params_leaves_the_base_index_beside_its_file(run_cli) -> N
         "inspect", DATA / "mergekit/deepseek_v3-linear-perturbed-filled", "--format", "json"
     )
     assert run.exit_code == 1, run
-    integrity = _findings(_report(run), "fail", "integrity")
+    integrity = _findings(_report(run), "fail", CheckName.INTEGRITY)
     assert integrity == [
         (
             "integrity",
@@ -172,7 +175,7 @@ def test_a_restored_drafter_beside_a_merged_embedding_is_caught_by_its_copies(ru
     case = DATA / "mergekit/deepseek_v3-linear-perturbed-all-filled-noindex"
     run = run_cli("inspect", case, "--format", "json")
     assert run.exit_code == 1, run
-    subjects = [s for _, s, _ in _findings(_report(run), "fail", "shared-copies")]
+    subjects = [s for _, s, _ in _findings(_report(run), "fail", CheckName.SHARED_COPIES)]
     assert subjects == [
         "model.layers.2.embed_tokens.weight",
         "model.layers.2.shared_head.head.weight",

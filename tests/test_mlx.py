@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import Run, findings_of, flip_bit, tensor_offset
 from tests.thirdparty.tools import tool_output
 
@@ -60,21 +61,21 @@ def test_every_conversion_loses_the_mtp_layer_and_mlx_lm_is_named(case: str, run
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 1, run
     report = _report(run)
-    assert findings_of(report, "fail", "mtp-count") == [
+    assert findings_of(report, "fail", CheckName.MTP_COUNT) == [
         (
             "mtp-count",
             "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the checkpoint "
             "holds no MTP weights",
         )
     ]
-    assert findings_of(report, "info", "mtp-count") == [("writer", DROPS)]
+    assert findings_of(report, "info", CheckName.MTP_COUNT) == [("writer", DROPS)]
 
 
 @pytest.mark.parametrize("case", [c for c in INTACT if _mode(c) in LABEL])
 def test_inspect_names_the_mode(case: str, run_cli) -> None:
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 0, run
-    ((_, message),) = findings_of(_report(run), "pass", "mtp-quantization")
+    ((_, message),) = findings_of(_report(run), "pass", CheckName.MTP_QUANTIZATION)
     label = "BF16" if case.startswith("glm4_moe-affine4") else LABEL[_mode(case)]
     assert message.startswith(f"stored {label}"), message
     assert f"under mlx {'affine' if 'affine' in case else _mode(case)}" in message, message

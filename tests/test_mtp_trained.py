@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -32,7 +33,7 @@ SHIPPED = sorted(
 
 def _trained(run: Run) -> dict[str, Any]:
     report = json.loads(run.stdout)
-    (check,) = [c for c in report["checks"] if c["name"].endswith("mtp-trained")]
+    (check,) = [c for c in report["checks"] if c["name"].endswith(CheckName.MTP_TRAINED)]
     return check
 
 

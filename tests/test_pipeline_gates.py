@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.families.definitions import definition_of
 from mtpcheck.formats.hub_ref import parse_ref
 from mtpcheck.pipeline import gated_convert
@@ -134,7 +135,7 @@ def test_synthetic_builds_the_declared_count_zero_too(
     source = _report(run)["inputs"][0]
     assert source["declared_mtp_layers"] == 0 and source["mtp_layers"] == []
     checks = {c["name"]: c for c in _report(run)["checks"]}
-    assert checks["source-mtp-count"]["findings"][0]["message"] == (
+    assert checks[CheckName.SOURCE_MTP_COUNT]["findings"][0]["message"] == (
         "config declares 0 MTP layers (num_nextn_predict_layers); none present"
     )
 
@@ -145,10 +146,10 @@ def test_roundtrip_source_stage_names_the_main_model_it_checked(
     run = run_cli("roundtrip", DS, "--workdir", tmp_path, "--format", "json")
     assert run.exit_code == 0, run
     checks = {c["name"]: c for c in _report(run)["checks"]}
-    assert checks["source-mcore-model"]["findings"][0]["message"] == (
+    assert checks[CheckName.SOURCE_MCORE_MODEL]["findings"][0]["message"] == (
         "35 main-model tensors, as megatron-core's model of the config holds them"
     )
-    assert checks["source-main-model"]["findings"][0]["message"] == (
+    assert checks[CheckName.SOURCE_MAIN_MODEL]["findings"][0]["message"] == (
         "2 of 2 decoder layers present, 1 with all 4 routed experts; embedding, final norm and "
         "head present; each layer held to the others of its kind (2 kinds) and to "
         f"{definition_of('deepseek_v3').source}'s DeepseekV3ForCausalLM"  # type: ignore[union-attr]
@@ -176,10 +177,10 @@ def test_no_config_json_is_said_as_such(tmp_path: Path, run_cli: Callable[..., R
     for f in DS.glob("*.safetensors"):
         (bare / f.name).write_bytes(f.read_bytes())
     report = _report(run_cli("inspect", bare, "--format", "json"))
-    (family,) = [c for c in report["checks"] if c["name"] == "family"]
+    (family,) = [c for c in report["checks"] if c["name"] == CheckName.FAMILY]
     assert family["findings"][0]["subject"] == "config.json"
     assert family["findings"][0]["message"].startswith("no config.json, so no model_type: ")
-    (integrity,) = [c for c in report["checks"] if c["name"] == "integrity"]
+    (integrity,) = [c for c in report["checks"] if c["name"] == CheckName.INTEGRITY]
     assert integrity["findings"][0]["message"] == (
         "73 tensors in 2 file(s); headers (no index) consistent"
     )
@@ -197,7 +198,7 @@ def test_the_integrity_line_says_what_was_cross_checked(
     path: Path, said: str, run_cli: Callable[..., Run]
 ) -> None:
     report = _report(run_cli("inspect", path, "--format", "json"))
-    (integrity,) = [c for c in report["checks"] if c["name"] == "integrity"]
+    (integrity,) = [c for c in report["checks"] if c["name"] == CheckName.INTEGRITY]
     assert said in integrity["findings"][0]["message"]
     assert "index" not in integrity["findings"][0]["message"] or path == DS
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run
 
 CORPUS = FIXTURES / "quantized"
@@ -53,7 +54,7 @@ def test_every_output_that_kept_its_mtp_layer_passes(case: str, run_cli) -> None
     run = run_cli("inspect", CORPUS / case, "--format", "json")
     assert run.exit_code == 0, run
     report = _report(run)
-    [(status, subject, message)] = _findings(report, "mtp-quantization")
+    [(status, subject, message)] = _findings(report, CheckName.MTP_QUANTIZATION)
     assert (status, subject) == ("pass", "mtp layer 0")
     fate = CASES[case]["mtp"]
     if fate == "quantized":
@@ -174,7 +175,7 @@ def test_dequantize_finds_a_quantized_mtp_tensor_that_is_not_the_original(
     assert run.exit_code == 1, run
     logical = stored.removesuffix("_packed")
     [(status, message)] = [
-        (s, m) for s, subject, m in _findings(_report(run), "tensors") if subject == logical
+        (s, m) for s, subject, m in _findings(_report(run), CheckName.TENSORS) if subject == logical
     ]
     assert status == "fail"
     assert message.endswith(": the quantized values are not the full-precision ones"), message
@@ -197,7 +198,7 @@ def test_bf16_mtp_layer_the_config_would_quantize_is_a_finding(tmp_path: Path, r
     _edit_config(damaged, lambda q: q.update(ignore=[e for e in q["ignore"] if "mtp" not in e]))
     run = run_cli("inspect", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    [(status, subject, message)] = _findings(_report(run), "mtp-quantization")
+    [(status, subject, message)] = _findings(_report(run), CheckName.MTP_QUANTIZATION)
     assert (status, subject) == ("fail", "mtp layer 0")
     assert message == (
         "mtp.layers.0.mlp.experts.0.down_proj, mtp.layers.0.mlp.experts.0.gate_proj, "
@@ -214,7 +215,7 @@ def test_quantized_mtp_layer_the_config_ignores_is_a_finding(tmp_path: Path, run
     _edit_config(damaged, lambda q: q["ignore"].append("re:model[.]layers[.]2[.].*"))
     run = run_cli("inspect", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    [(status, _, message)] = _findings(_report(run), "mtp-quantization")
+    [(status, _, message)] = _findings(_report(run), CheckName.MTP_QUANTIZATION)
     assert status == "fail"
     assert (
         "but quantization_config ignores them (entry 're:model[.]layers[.]2[.].*'), so " in message
@@ -230,14 +231,14 @@ def test_modelopt_hf_quant_config_alone_declares_the_scheme(tmp_path: Path, run_
     (copy / "config.json").write_text(json.dumps(config))
     run = run_cli("inspect", copy, "--format", "json")
     assert run.exit_code == 0, run
-    [(status, _, message)] = _findings(_report(run), "mtp-quantization")
+    [(status, _, message)] = _findings(_report(run), CheckName.MTP_QUANTIZATION)
     assert status == "pass"
     assert message.endswith(
         "under modelopt FP8; kept in full precision by ignore entry 'model.layers.2*'"
     )
     (copy / "hf_quant_config.json").unlink()  # now nothing declares the FP8 main layers
     run = run_cli("inspect", copy, "--format", "json")
-    [(status, _, message)] = _findings(_report(run), "mtp-quantization")
+    [(status, _, message)] = _findings(_report(run), CheckName.MTP_QUANTIZATION)
     assert status == "pass" and " under " not in message
 
 
@@ -269,7 +270,7 @@ def test_a_quantized_mtp_only_tensor_without_its_scale_is_incomplete(
         index.write_text(json.dumps(data))
     run = run_cli("inspect", copy, "--format", "json")
     assert run.exit_code == 1, run
-    [(status, _, message)] = _findings(_report(run), "mtp-layers")
+    [(status, _, message)] = _findings(_report(run), CheckName.MTP_LAYERS)
     assert status == "fail" and message.endswith(f"tensors missing: {dropped}"), message
 
 
@@ -331,5 +332,5 @@ def test_equal_scales_of_a_quantized_weight_are_no_copied_tensor(run_cli, tmp_pa
     save_file(tensors, str(shard), metadata=metadata)
     run = run_cli("inspect", root, "--format", "json")
     assert run.exit_code == 0, run
-    [(status, subject, message)] = _findings(_report(run), "mtp-trained")
+    [(status, subject, message)] = _findings(_report(run), CheckName.MTP_TRAINED)
     assert (status, subject) == ("pass", "mtp layer 0") and "looks trained" in message

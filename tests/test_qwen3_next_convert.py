@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtpcheck import CheckName
 from mtpcheck.convert.builtin import hf_to_megatron
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES
@@ -31,8 +32,8 @@ def test_round_trip_is_bit_exact(run_cli, tmp_path: Path) -> None:
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert statuses.pop("source-shared-copies") == "skip"  # the family stores no copies
-    statuses.pop("source-serving")  # tests/test_serving.py
+    assert statuses.pop(CheckName.SOURCE_SHARED_COPIES) == "skip"  # the family stores no copies
+    statuses.pop(CheckName.SOURCE_SERVING)  # tests/test_serving.py
     assert set(statuses.values()) == {"pass"}
     assert len(report["tensors"]) == 83
     assert {t["status"] for t in report["tensors"]} == {"equal"}

@@ -1,7 +1,8 @@
 """Every renderer takes every report the model allows: property tests over generated reports
-(checks with no findings or many, every status, names and messages of any text, ``--strict``
-or not). A renderer that raised on one (JUnit's on a check without findings did) would turn a
-finished run into an internal error after its work was done."""
+(checks with no findings or many, every status, every check name of the registry and
+``acceptance/WORKLOAD`` ones, messages of any text, ``--strict`` or not). A renderer that raised
+on one (JUnit's on a check without findings did) would turn a finished run into an internal
+error after its work was done."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import xml.etree.ElementTree as ET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mtpcheck.model import CheckResult, Finding, Report, Status
+from mtpcheck.model import CheckName, CheckResult, Finding, Report, Status
 from mtpcheck.report import renderer
 from tests.conftest import check_report_schema
 
@@ -24,12 +25,20 @@ FINDINGS = st.builds(
     message=st.text(max_size=200),
     details=st.dictionaries(st.text(max_size=8), st.integers() | TEXT, max_size=3),
 )
-CHECKS = st.builds(
+NAMED = st.builds(
     CheckResult,
-    name=st.text(min_size=1, max_size=20),
+    name=st.sampled_from([n for n in CheckName if n is not CheckName.ACCEPTANCE]),
     title=TEXT,
     findings=st.lists(FINDINGS, max_size=5).map(tuple),
 )
+WORKLOADS = st.builds(  # accept's: one check per workload, named acceptance/WORKLOAD
+    CheckResult,
+    name=st.just(CheckName.ACCEPTANCE),
+    title=TEXT,
+    findings=st.lists(FINDINGS, max_size=5).map(tuple),
+    workload=st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True),
+)
+CHECKS = NAMED | WORKLOADS
 REPORTS = st.builds(
     Report,
     command=st.sampled_from(["inspect", "diff", "roundtrip", "accept"]),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES
 from tests.thirdparty.tools import REQUIRE, SPECULATORS_VENV
 
@@ -57,7 +58,7 @@ def test_speculators_out_and_back_keeps_the_mtp_layer(run_cli) -> None:
     )
     assert run.exit_code == 0, run.stdout + run.stderr
     found = _findings(run.stdout)
-    assert found["drafter-mtp"] == [
+    assert found[CheckName.DRAFTER_MTP] == [
         (
             "pass",
             "mtp layer",
@@ -65,10 +66,10 @@ def test_speculators_out_and_back_keeps_the_mtp_layer(run_cli) -> None:
             "never read: verifier_lm_head.weight",
         )
     ]
-    assert found["tensors"] == [
+    assert found[CheckName.TENSORS] == [
         ("pass", "MTP scope", "31 of 31 tensors bit-identical (11360 bytes compared equal)")
     ]
-    assert [s for s, *_ in found["stage1"] + found["stage2"]] == ["pass", "pass"]
+    assert [s for s, *_ in found[CheckName.STAGE1] + found[CheckName.STAGE2]] == ["pass", "pass"]
 
 
 @pytest.mark.slow
@@ -99,11 +100,11 @@ def test_a_bit_the_drafter_format_lost_fails_by_name(run_cli, tmp_path: Path) ->
     )
     assert run.exit_code == 1
     found = _findings(run.stdout)
-    [(status, subject, message)] = found["drafter-mtp"]
+    [(status, subject, message)] = found[CheckName.DRAFTER_MTP]
     assert (status, subject) == ("fail", "mtp_layers.0.input_proj.weight")
     assert message.startswith("bits differ in 1 of 512 elements, first at index [0, 0]")
     # stitched back, the flipped bit is in the target's mtp.fc.weight
-    assert ("fail", "mtp.fc.weight") in [(s, n) for s, n, _ in found["tensors"]]
+    assert ("fail", "mtp.fc.weight") in [(s, n) for s, n, _ in found[CheckName.TENSORS]]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES
 from tests.thirdparty.tools import REQUIRE, VLLM_VENV
 
@@ -38,7 +39,7 @@ def _with_config(src: Path, dst: Path, **changes: Any) -> Path:
 def _serving(run_cli, ckpt: Path, code: int) -> list[tuple[str, str, str]]:
     run = run_cli("inspect", ckpt, "--format", "json")
     assert run.exit_code == code, run
-    (check,) = [c for c in json.loads(run.stdout)["checks"] if c["name"] == "serving"]
+    (check,) = [c for c in json.loads(run.stdout)["checks"] if c["name"] == CheckName.SERVING]
     return [(f["status"], f["subject"], f["message"]) for f in check["findings"]]
 
 
@@ -114,8 +115,8 @@ def test_nemotron_h_repeated_mtp_count_is_refused_by_vllm(run_cli, tmp_path: Pat
     run = run_cli("roundtrip", ckpt, "--workdir", work, "--format", "json")
     assert run.exit_code == 1, run
     statuses = {c["name"]: c["status"] for c in json.loads(run.stdout)["checks"]}
-    assert statuses["source-serving"] == "fail"
-    assert statuses["stage1-convert"] == "skip"
+    assert statuses[CheckName.SOURCE_SERVING] == "fail"
+    assert statuses[CheckName.STAGE1_CONVERT] == "skip"
 
 
 def test_families_without_engine_facts_are_skipped(run_cli) -> None:

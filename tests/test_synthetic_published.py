@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.convert.synthetic import build_synthetic
 from mtpcheck.convert.tiny_config import TINY_DIMS, scale_down
 from mtpcheck.families import declared_count, detect_family
@@ -238,7 +239,7 @@ def test_synthetic_round_trip_passes_or_refuses_in_one_line(
         report = json.loads(run.stdout)
         assert report["ok"] is True
         statuses = {c["name"]: c["status"] for c in report["checks"]}
-        assert statuses["stage1-tensors"] == statuses["roundtrip-tensors"] == "pass"
+        assert statuses[CheckName.STAGE1_TENSORS] == statuses[CheckName.ROUNDTRIP_TENSORS] == "pass"
     else:
         assert run.exit_code == 2, run
         (line,) = run.stderr.splitlines()

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.checks.roundtrip_checks import SCOPE_MEGATRON
 from tests.conftest import FIXTURES, Run
 from tests.thirdparty.runs import MBRIDGE, Kept, Roundtrips
@@ -109,24 +110,24 @@ def _json(run: Run) -> dict[str, Any]:
 def test_glm_roundtrip_verdicts(glm: Kept) -> None:
     assert glm.exit_code == 1, glm
     assert _statuses(glm.report) == {
-        "source-integrity": "pass",
-        "source-family": "pass",
-        "source-mtp-count": "pass",
-        "source-mtp-layers": "pass",
-        "source-mtp-shapes": "pass",
-        "source-shared-copies": "pass",
-        "source-mtp-trained": "pass",
-        "source-serving": "info",  # vLLM drafts through the main embedding and head
-        "source-main-model": "pass",
-        "source-mcore-model": "pass",
-        "stage1-convert": "pass",
-        "stage1-mtp-count": "fail",
-        "stage1-tensors": "fail",
-        "stage2-convert": "pass",
-        "config": "pass",
-        "roundtrip-tensors": "fail",
-        "final-main-model": "pass",
-        "final-mtp-count": "fail",
+        CheckName.SOURCE_INTEGRITY: "pass",
+        CheckName.SOURCE_FAMILY: "pass",
+        CheckName.SOURCE_MTP_COUNT: "pass",
+        CheckName.SOURCE_MTP_LAYERS: "pass",
+        CheckName.SOURCE_MTP_SHAPES: "pass",
+        CheckName.SOURCE_SHARED_COPIES: "pass",
+        CheckName.SOURCE_MTP_TRAINED: "pass",
+        CheckName.SOURCE_SERVING: "info",  # vLLM drafts through the main embedding and head
+        CheckName.SOURCE_MAIN_MODEL: "pass",
+        CheckName.SOURCE_MCORE_MODEL: "pass",
+        CheckName.STAGE1_CONVERT: "pass",
+        CheckName.STAGE1_MTP_COUNT: "fail",
+        CheckName.STAGE1_TENSORS: "fail",
+        CheckName.STAGE2_CONVERT: "pass",
+        CheckName.CONFIG: "pass",
+        CheckName.ROUNDTRIP_TENSORS: "fail",
+        CheckName.FINAL_MAIN_MODEL: "pass",
+        CheckName.FINAL_MTP_COUNT: "fail",
     }
 
 
@@ -136,7 +137,7 @@ def test_glm_megatron_output_declares_no_count_and_holds_no_mtp(glm: Kept) -> No
     assert (megatron["declared_mtp_layers"], megatron["declared_by"]) == (None, UNDECLARED)
     assert megatron["mtp_layers"] == []
     assert megatron["tensor_count"] == 31
-    assert _failing(glm.report, "stage1-mtp-count") == {
+    assert _failing(glm.report, CheckName.STAGE1_MTP_COUNT) == {
         "mtp_num_layers": f"{STAGE1}: Megatron output records no MTP count ({UNDECLARED}) and "
         "holds 0 complete MTP layer(s); the source declares 1"
     }
@@ -147,7 +148,7 @@ def test_glm_stage1_names_every_missing_megatron_tensor(glm: Kept) -> None:
     assert findings[0]["message"] == (
         f"2 of 25 MTP-scope tensors bit-identical to the mapped source ({SCOPE_MEGATRON})"
     )
-    failing = _failing(glm.report, "stage1-tensors")
+    failing = _failing(glm.report, CheckName.STAGE1_TENSORS)
     assert set(failing) == GLM_MEGATRON_MTP and len(failing) == 23
     assert {f["details"]["status"] for f in findings[1:]} == {"missing"}
     assert failing["mtp.layers.0.eh_proj.weight"] == (
@@ -169,7 +170,7 @@ def test_glm_final_loses_all_34_mtp_tensors_blamed_on_stage_1(glm: Kept) -> None
     assert findings[0]["message"] == (
         "45 of 79 final tensors bit-identical to the source (every tensor)"
     )
-    failing = _failing(glm.report, "roundtrip-tensors")
+    failing = _failing(glm.report, CheckName.ROUNDTRIP_TENSORS)
     assert set(failing) == GLM_HF_MTP
     assert all(m.startswith(STAGE1) for m in failing.values()), failing
     assert {(f["details"]["status"], f["details"]["stage"]) for f in findings[1:]} == {
@@ -192,8 +193,8 @@ def test_glm_final_loses_all_34_mtp_tensors_blamed_on_stage_1(glm: Kept) -> None
 def test_glm_final_config_still_declares_the_lost_layer(glm: Kept) -> None:
     final = glm.report["inputs"][2]
     assert (final["declared_mtp_layers"], final["tensor_count"]) == (1, 45)
-    assert _failing(glm.report, "config") == {}
-    assert _failing(glm.report, "final-mtp-count") == {
+    assert _failing(glm.report, CheckName.CONFIG) == {}
+    assert _failing(glm.report, CheckName.FINAL_MTP_COUNT) == {
         "mtp-count": "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the "
         "checkpoint holds no MTP weights"
     }
@@ -205,7 +206,7 @@ def test_glm_inspect_of_the_megatron_output_cannot_see_the_loss(run_cli, glm: Ke
     assert run.exit_code == 0, run
     report = _json(run)
     assert set(_statuses(report).values()) <= {"pass", "skip"}
-    ((finding,),) = [c["findings"] for c in report["checks"] if c["name"] == "mtp-count"]
+    ((finding,),) = [c["findings"] for c in report["checks"] if c["name"] == CheckName.MTP_COUNT]
     assert finding["message"] == f"no MTP layers declared ({UNDECLARED}); none present"
 
 
@@ -213,8 +214,11 @@ def test_glm_inspect_of_the_final_checkpoint_fails(run_cli, glm: Kept) -> None:
     run = run_cli("inspect", glm.hf, "--format", "json")
     assert run.exit_code == 1, run
     report = _json(run)
-    assert {n for n, s in _statuses(report).items() if s == "fail"} == {"mtp-count", "mtp-layers"}
-    (message,) = _failing(report, "mtp-layers").values()
+    assert {n for n, s in _statuses(report).items() if s == "fail"} == {
+        CheckName.MTP_COUNT,
+        CheckName.MTP_LAYERS,
+    }
+    (message,) = _failing(report, CheckName.MTP_LAYERS).values()
     assert message.startswith("model.layers.2.: 32 of 32 tensors missing: ")
 
 
@@ -222,8 +226,8 @@ def test_glm_diff_source_against_megatron_names_the_missing_mtp(run_cli, glm: Ke
     run = run_cli("diff", FIXTURES / "glm4_moe", glm.megatron, "--format", "json")
     assert run.exit_code == 1, run
     report = _json(run)
-    assert _failing(report, "config") == {"mtp_num_layers": "1 -> None"}
-    failing = _failing(report, "tensors")
+    assert _failing(report, CheckName.CONFIG) == {"mtp_num_layers": "1 -> None"}
+    failing = _failing(report, CheckName.TENSORS)
     assert set(failing) == GLM_MEGATRON_MTP
     assert failing["mtp.layers.0.eh_proj.weight"] == "missing in B (was BF16[16, 32])"
     assert all(m.startswith("missing in B (was ") for m in failing.values()), failing
@@ -245,7 +249,7 @@ def test_mimo_stock_mbridge_cannot_build_the_model(run_cli, tmp_path: Path) -> N
         f"{MBRIDGE} import {{src}} {{dst}}",
     )
     assert run.exit_code == 1, run
-    ((subject, message),) = _failing(_json(run), "stage1-convert").items()
+    ((subject, message),) = _failing(_json(run), CheckName.STAGE1_CONVERT).items()
     assert subject == STAGE1
     assert message.startswith("converter exited with status 1; stderr tail:\n"), message
     assert "ValueError: Invalid spec: TransformerConfig(" in message
@@ -255,26 +259,28 @@ def test_mimo_stock_mbridge_cannot_build_the_model(run_cli, tmp_path: Path) -> N
 def test_mimo_roundtrip_verdicts(mimo: Kept) -> None:
     assert mimo.exit_code == 1, mimo
     assert _statuses(mimo.report) == {
-        "source-integrity": "pass",
-        "source-family": "pass",
-        "source-mtp-count": "pass",
-        "source-mtp-layers": "pass",
-        "source-mtp-shapes": "pass",
-        "source-shared-copies": "skip",  # MiMo stores no copies
-        "source-mtp-trained": "pass",
-        "source-serving": "skip",
-        "source-main-model": "pass",
-        "source-mcore-model": "pass",
-        "stage1-convert": "pass",
-        "stage1-mtp-count": "warn",  # a bare dist_checkpointing.save records no args
-        "stage1-tensors": "fail",
-        "stage2-convert": "pass",
-        "config": "pass",
-        "roundtrip-tensors": "pass",
-        "final-main-model": "pass",
-        "final-mtp-count": "pass",
+        CheckName.SOURCE_INTEGRITY: "pass",
+        CheckName.SOURCE_FAMILY: "pass",
+        CheckName.SOURCE_MTP_COUNT: "pass",
+        CheckName.SOURCE_MTP_LAYERS: "pass",
+        CheckName.SOURCE_MTP_SHAPES: "pass",
+        CheckName.SOURCE_SHARED_COPIES: "skip",  # MiMo stores no copies
+        CheckName.SOURCE_MTP_TRAINED: "pass",
+        CheckName.SOURCE_SERVING: "skip",
+        CheckName.SOURCE_MAIN_MODEL: "pass",
+        CheckName.SOURCE_MCORE_MODEL: "pass",
+        CheckName.STAGE1_CONVERT: "pass",
+        CheckName.STAGE1_MTP_COUNT: "warn",  # a bare dist_checkpointing.save records no args
+        CheckName.STAGE1_TENSORS: "fail",
+        CheckName.STAGE2_CONVERT: "pass",
+        CheckName.CONFIG: "pass",
+        CheckName.ROUNDTRIP_TENSORS: "pass",
+        CheckName.FINAL_MAIN_MODEL: "pass",
+        CheckName.FINAL_MTP_COUNT: "pass",
     }
-    ((count,),) = [c["findings"] for c in mimo.report["checks"] if c["name"] == "stage1-mtp-count"]
+    ((count,),) = [
+        c["findings"] for c in mimo.report["checks"] if c["name"] == CheckName.STAGE1_MTP_COUNT
+    ]
     assert count["message"] == (
         f"{STAGE1}: Megatron output records no MTP count ({UNDECLARED}); it holds 1 complete "
         "MTP layer(s), as the source declares"
@@ -293,7 +299,7 @@ def test_mimo_stage1_keeps_input_proj_halves_in_hf_order(mimo: Kept) -> None:
     assert findings[0]["message"] == (
         f"12 of 13 MTP-scope tensors bit-identical to the mapped source ({SCOPE_MEGATRON})"
     )
-    assert _failing(mimo.report, "stage1-tensors") == {
+    assert _failing(mimo.report, CheckName.STAGE1_TENSORS) == {
         "mtp.layers.0.eh_proj.weight": (
             f"{STAGE1}: {MIMO_EH_PROJ} [from model.mtp_layers.0.input_proj.weight]"
         )
@@ -328,10 +334,10 @@ def test_mimo_inspect_of_the_megatron_output(run_cli, mimo: Kept) -> None:
     report = _json(run)
     (layer,) = report["inputs"][0]["mtp_layers"]
     assert (layer["index"], layer["complete"], len(layer["tensors"])) == (0, True, 11)
-    assert _statuses(report)["mtp-layers"] == "pass"
+    assert _statuses(report)[CheckName.MTP_LAYERS] == "pass"
     # the layer is complete; nothing records the count, which the loader must then be given
     assert run.exit_code == 0, run
-    ((count,),) = [c["findings"] for c in report["checks"] if c["name"] == "mtp-count"]
+    ((count,),) = [c["findings"] for c in report["checks"] if c["name"] == CheckName.MTP_COUNT]
     assert (count["status"], count["message"]) == (
         "warn",
         f"1 MTP layer(s) present (1 complete) but the checkpoint records no MTP count "
@@ -343,8 +349,8 @@ def test_mimo_diff_source_against_megatron(run_cli, mimo: Kept) -> None:
     run = run_cli("diff", FIXTURES / "mimo", mimo.megatron, "--format", "json")
     assert run.exit_code == 1, run
     report = _json(run)
-    assert _failing(report, "config") == {"mtp_num_layers": "1 -> None"}
-    assert _failing(report, "tensors") == {"mtp.layers.0.eh_proj.weight": MIMO_EH_PROJ}
+    assert _failing(report, CheckName.CONFIG) == {"mtp_num_layers": "1 -> None"}
+    assert _failing(report, CheckName.TENSORS) == {"mtp.layers.0.eh_proj.weight": MIMO_EH_PROJ}
 
 
 def test_mimo_diff_source_against_final_passes(run_cli, mimo: Kept) -> None:

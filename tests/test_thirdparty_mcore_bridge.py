@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES
 from tests.thirdparty.replay import fail_messages, failing_checks, replay_roundtrip, source_of
 
@@ -67,7 +68,7 @@ def test_its_gated_delta_net_is_not_megatron_cores(run_cli) -> None:
     megatron = CORPUS / "qwen3_next-mtp1" / "megatron"
     run = run_cli("diff", FIXTURES / "qwen3_next", megatron, "--all", "--format", "json")
     assert run.exit_code == 1, run
-    assert sorted(fail_messages(json.loads(run.stdout), "tensors")) == [
+    assert sorted(fail_messages(json.loads(run.stdout), CheckName.TENSORS)) == [
         "decoder.layers.0.self_attention.conv1d.weight",
         "decoder.layers.0.self_attention.in_proj.weight",
         "decoder.layers.0.self_attention.out_norm.weight",
@@ -93,14 +94,14 @@ def test_without_the_mtp_argument_the_layer_is_lost(
     layout = SWIFT if case.startswith("qwen3") else ()
     report = replay_roundtrip(run_cli, CORPUS, case, tmp_path, *layout)
     failing = failing_checks(report)
-    assert failing["stage1-mtp-count"] == ["mtp_num_layers"]
-    assert len(failing["stage1-tensors"]) == lost
-    count = next(c for c in report["checks"] if c["name"] == "stage1-mtp-count")
+    assert failing[CheckName.STAGE1_MTP_COUNT] == ["mtp_num_layers"]
+    assert len(failing[CheckName.STAGE1_TENSORS]) == lost
+    count = next(c for c in report["checks"] if c["name"] == CheckName.STAGE1_MTP_COUNT)
     assert count["findings"][0]["message"] == (
         "stage 1 (HF -> Megatron): Megatron declares 0 (mtp_num_layers: null), the source 1"
     )
     if case != "qwen3_next":  # its source declares no count, nor does the export
-        assert "final-mtp-count" in failing
+        assert CheckName.FINAL_MTP_COUNT in failing
 
 
 def test_qwen3_next_round_trip_adds_a_count_key(run_cli, tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_qwen3_5_moe_export_swaps_fused_and_per_expert_storage(run_cli, tmp_path
     report = replay_roundtrip(run_cli, CORPUS, "qwen3_5_moe-mtp1", tmp_path, *SWIFT)
     failing = failing_checks(report)
     assert set(failing) == {"roundtrip-tensors"}
-    names = failing["roundtrip-tensors"]
+    names = failing[CheckName.ROUNDTRIP_TENSORS]
     assert sorted(n for n in names if n.endswith(("gate_up_proj", "experts.down_proj"))) == [
         "mtp.layers.0.mlp.experts.down_proj",
         "mtp.layers.0.mlp.experts.gate_up_proj",
@@ -138,11 +139,13 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
     assert inspected.exit_code == 0, inspected
     scoped = run_cli("diff", FIXTURES / "nemotron_h", megatron, "--format", "json")
     assert scoped.exit_code == 0
-    assert fail_messages(json.loads(scoped.stdout), "tensors", "warn") == {"mtp layers": MOVED}
+    assert fail_messages(json.loads(scoped.stdout), CheckName.TENSORS, "warn") == {
+        "mtp layers": MOVED
+    }
     run = run_cli("diff", FIXTURES / "nemotron_h", megatron, "--all", "--format", "json")
     assert run.exit_code == 1, run
-    messages = fail_messages(json.loads(run.stdout), "tensors")
-    assert fail_messages(json.loads(run.stdout), "tensors", "warn") == {
+    messages = fail_messages(json.loads(run.stdout), CheckName.TENSORS)
+    assert fail_messages(json.loads(run.stdout), CheckName.TENSORS, "warn") == {
         "decoder.layers.0.mixer.A_log": KEPT,
         "decoder.layers.0.mixer.D": KEPT,
         "mtp layers": MOVED,
@@ -152,7 +155,7 @@ def test_nemotron_h_dense_mlp_layer_is_never_converted(run_cli, tmp_path: Path) 
     assert all(messages[n].startswith("bits differ in 512 of 512 elements") for n in dense)
     report = replay_roundtrip(run_cli, CORPUS, "nemotron_h-mtp1", tmp_path)
     assert failing_checks(report) == {"final-main-model": ["main layer 3 (mlp)"]}
-    assert fail_messages(report, "final-main-model") == {
+    assert fail_messages(report, CheckName.FINAL_MAIN_MODEL) == {
         "main layer 3 (mlp)": "all its tensors missing (no tensor of this layer in the checkpoint)"
     }
     exported = run_cli("inspect", CORPUS / "nemotron_h-mtp1" / "hf", "--format", "json")
@@ -169,17 +172,17 @@ def test_an_mtp_layer_the_source_never_had_is_found_untrained(run_cli) -> None:
     assert run.exit_code == 1, run
     report = json.loads(run.stdout)
     assert [c["name"] for c in report["checks"] if c["status"] == "fail"] == ["mtp-trained"]
-    (check,) = [c for c in report["checks"] if c["name"] == "mtp-trained"]
+    (check,) = [c for c in report["checks"] if c["name"] == CheckName.MTP_TRAINED]
     (finding,) = check["findings"]
     assert finding["message"].startswith("all 5 norms hold their initial value (1.0 in every")
     exported = run_cli("inspect", CORPUS / "minimax_m2-mtp1" / "hf", "--format", "json")
     assert exported.exit_code == 1, exported
     checks = json.loads(exported.stdout)["checks"]
     failing = {c["name"] for c in checks if c["status"] == "fail"}
-    assert failing == {"main-model", "mtp-count", "mtp-layers"}
+    assert failing == {CheckName.MAIN_MODEL, CheckName.MTP_COUNT, CheckName.MTP_LAYERS}
     # the export also left out three tensors of every main layer, which no peer still held:
     # MiniMax-M2's definition names them (transformers' MiniMaxM2ForCausalLM)
-    (main,) = [c for c in checks if c["name"] == "main-model"]
+    (main,) = [c for c in checks if c["name"] == CheckName.MAIN_MODEL]
     lost = ("block_sparse_moe.e_score_correction_bias", "self_attn.k_norm.weight",
             "self_attn.q_norm.weight")  # fmt: skip
     assert [f["subject"] for f in main["findings"]] == ["main layer 0", "main layer 1"]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from mtpcheck import CheckName
 from mtpcheck.cli import cli
 from tests.conftest import FIXTURES
 from tests.thirdparty.runs import Kept, Roundtrips
@@ -79,35 +80,35 @@ def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: Kept) -> None:
     assert deepseek.exit_code == 1
     report = deepseek.report
     assert _statuses(report) == {
-        "source-integrity": "pass",
-        "source-family": "pass",
-        "source-mtp-count": "pass",
-        "source-mtp-layers": "pass",
-        "source-mtp-shapes": "pass",
-        "source-shared-copies": "pass",
-        "source-mtp-trained": "pass",
-        "source-serving": "warn",  # the fixture's config lacks scoring_func / topk_method
-        "source-main-model": "pass",
-        "source-mcore-model": "pass",
-        "stage1-convert": "pass",
-        "stage1-mtp-count": "fail",
-        "stage1-tensors": "fail",
-        "stage2-convert": "pass",
-        "config": "pass",
-        "roundtrip-tensors": "fail",
-        "final-main-model": "pass",
-        "final-mtp-count": "fail",
+        CheckName.SOURCE_INTEGRITY: "pass",
+        CheckName.SOURCE_FAMILY: "pass",
+        CheckName.SOURCE_MTP_COUNT: "pass",
+        CheckName.SOURCE_MTP_LAYERS: "pass",
+        CheckName.SOURCE_MTP_SHAPES: "pass",
+        CheckName.SOURCE_SHARED_COPIES: "pass",
+        CheckName.SOURCE_MTP_TRAINED: "pass",
+        CheckName.SOURCE_SERVING: "warn",  # the fixture's config lacks scoring_func / topk_method
+        CheckName.SOURCE_MAIN_MODEL: "pass",
+        CheckName.SOURCE_MCORE_MODEL: "pass",
+        CheckName.STAGE1_CONVERT: "pass",
+        CheckName.STAGE1_MTP_COUNT: "fail",
+        CheckName.STAGE1_TENSORS: "fail",
+        CheckName.STAGE2_CONVERT: "pass",
+        CheckName.CONFIG: "pass",
+        CheckName.ROUNDTRIP_TENSORS: "fail",
+        CheckName.FINAL_MAIN_MODEL: "pass",
+        CheckName.FINAL_MTP_COUNT: "fail",
     }
-    assert _failing(report, "stage1-mtp-count") == {
+    assert _failing(report, CheckName.STAGE1_MTP_COUNT) == {
         "mtp_num_layers": f"{STAGE1}: Megatron declares 0 (mtp_num_layers: null), the source 1"
     }
-    stage1 = _failing(report, "stage1-tensors")
+    stage1 = _failing(report, CheckName.STAGE1_TENSORS)
     assert len(stage1) == 25 and all(n.startswith("mtp.layers.0.") for n in stage1)
     assert all(m.startswith(f"{STAGE1}: missing in Megatron output") for m in stage1.values())
-    final = _failing(report, "roundtrip-tensors")
+    final = _failing(report, CheckName.ROUNDTRIP_TENSORS)
     assert set(final) == _mtp_tensors("deepseek_v3") and len(final) == 32
     assert all(m.startswith(STAGE1) and "missing in final" in m for m in final.values()), final
-    assert _failing(report, "final-mtp-count") == {
+    assert _failing(report, CheckName.FINAL_MTP_COUNT) == {
         "mtp-count": "config declares 1 MTP layer(s) (num_nextn_predict_layers) but the "
         "checkpoint holds no MTP weights"
     }
@@ -116,14 +117,14 @@ def test_deepseek_v3_mtp_dropped_in_stage_1(deepseek: Kept) -> None:
 def test_deepseek_v3_megatron_output_declares_and_holds_no_mtp(deepseek: Kept) -> None:
     code, report = _mtpcheck("inspect", deepseek.megatron)
     assert code == 0
-    (count,) = [c for c in report["checks"] if c["name"] == "mtp-count"]
+    (count,) = [c for c in report["checks"] if c["name"] == CheckName.MTP_COUNT]
     assert count["findings"][0]["message"] == (
         "config declares 0 MTP layers (mtp_num_layers: null); none present"
     )
     code, report = _mtpcheck("diff", FIXTURES / "deepseek_v3", deepseek.megatron)
     assert code == 1
-    assert _failing(report, "config") == {"mtp_num_layers": "1 -> None"}
-    missing = _failing(report, "tensors")
+    assert _failing(report, CheckName.CONFIG) == {"mtp_num_layers": "1 -> None"}
+    missing = _failing(report, CheckName.TENSORS)
     assert len(missing) == 25 and all(m.startswith("missing in B") for m in missing.values())
 
 
@@ -131,31 +132,31 @@ def test_glm45_router_bias_rounded_and_copies_not_exported(glm: Kept) -> None:
     assert glm.exit_code == 1
     report = glm.report
     assert _statuses(report) == {
-        "source-integrity": "pass",
-        "source-family": "pass",
-        "source-mtp-count": "pass",
-        "source-mtp-layers": "pass",
-        "source-mtp-shapes": "pass",
-        "source-shared-copies": "pass",
-        "source-mtp-trained": "pass",
-        "source-serving": "info",  # vLLM drafts through the main embedding and head
-        "source-main-model": "pass",
-        "source-mcore-model": "pass",
-        "stage1-convert": "pass",
-        "stage1-mtp-count": "pass",
-        "stage1-tensors": "fail",
-        "stage2-convert": "pass",
-        "config": "pass",
-        "roundtrip-tensors": "fail",
-        "final-main-model": "pass",
-        "final-mtp-count": "pass",  # GLM-4.6 and later store no copies: optional
+        CheckName.SOURCE_INTEGRITY: "pass",
+        CheckName.SOURCE_FAMILY: "pass",
+        CheckName.SOURCE_MTP_COUNT: "pass",
+        CheckName.SOURCE_MTP_LAYERS: "pass",
+        CheckName.SOURCE_MTP_SHAPES: "pass",
+        CheckName.SOURCE_SHARED_COPIES: "pass",
+        CheckName.SOURCE_MTP_TRAINED: "pass",
+        CheckName.SOURCE_SERVING: "info",  # vLLM drafts through the main embedding and head
+        CheckName.SOURCE_MAIN_MODEL: "pass",
+        CheckName.SOURCE_MCORE_MODEL: "pass",
+        CheckName.STAGE1_CONVERT: "pass",
+        CheckName.STAGE1_MTP_COUNT: "pass",
+        CheckName.STAGE1_TENSORS: "fail",
+        CheckName.STAGE2_CONVERT: "pass",
+        CheckName.CONFIG: "pass",
+        CheckName.ROUNDTRIP_TENSORS: "fail",
+        CheckName.FINAL_MAIN_MODEL: "pass",
+        CheckName.FINAL_MTP_COUNT: "pass",  # GLM-4.6 and later store no copies: optional
     }
     bias = "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
-    assert _failing(report, "stage1-tensors") == {
+    assert _failing(report, CheckName.STAGE1_TENSORS) == {
         bias: f"{STAGE1}: bits differ in 4 of 4 elements, first at index [0]; max abs diff "
         "1.34646e-05 [from model.layers.2.mlp.gate.e_score_correction_bias]"
     }
-    assert _failing(report, "roundtrip-tensors") == {
+    assert _failing(report, CheckName.ROUNDTRIP_TENSORS) == {
         "model.layers.2.embed_tokens.weight": f"{STAGE2}: missing in final (was BF16[64, 16])",
         "model.layers.2.shared_head.head.weight": f"{STAGE2}: missing in final (was BF16[64, 16])",
         "model.layers.2.mlp.gate.e_score_correction_bias": f"{STAGE1} (as {bias}): bits differ "
@@ -170,13 +171,13 @@ def test_glm45_megatron_output_inspects_clean_and_diff_names_the_bias(glm: Kept)
     assert layer["complete"] and layer["prefix"] == "mtp.layers.0.transformer_layer."
     code, report = _mtpcheck("diff", FIXTURES / "glm4_moe", glm.megatron)
     assert code == 1
-    assert set(_failing(report, "tensors")) == {
+    assert set(_failing(report, CheckName.TENSORS)) == {
         "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
     }
     code, report = _mtpcheck("diff", FIXTURES / "glm4_moe", glm.hf, "--all")
     assert code == 1
     # layer 1's bias passes through bf16 too, but the fixture's is all zeros, which survive
-    assert set(_failing(report, "tensors")) == {
+    assert set(_failing(report, CheckName.TENSORS)) == {
         "model.layers.2.mlp.gate.e_score_correction_bias",
         "model.layers.2.embed_tokens.weight",
         "model.layers.2.shared_head.head.weight",
@@ -220,5 +221,5 @@ def test_builtin_export_of_the_bridge_checkpoint(
     assert result.exit_code == 0, result.stderr
     code, report = _mtpcheck("diff", source, out, "--all")
     assert code == 1
-    assert set(_failing(report, "tensors")) == lost
+    assert set(_failing(report, CheckName.TENSORS)) == lost
     assert len(report["tensors"]) == (73 if family == "deepseek" else 79)

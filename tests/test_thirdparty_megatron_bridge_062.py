@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES, flip_bit
 from tests.thirdparty.replay import fail_messages, failing_checks, replay_roundtrip, source_of
@@ -67,12 +68,12 @@ def test_the_export_drops_the_stored_embedding_and_head_copies(
     report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
     failing = failing_checks(report)
     copies = ["model.layers.2.embed_tokens.weight", "model.layers.2.shared_head.head.weight"]
-    assert failing["roundtrip-tensors"] == copies
+    assert failing[CheckName.ROUNDTRIP_TENSORS] == copies
     assert not any(name.startswith(("source-", "stage1-")) for name in failing)
     messages = {
         f["subject"]: f["message"]
         for c in report["checks"]
-        if c["name"] == "roundtrip-tensors"
+        if c["name"] == CheckName.ROUNDTRIP_TENSORS
         for f in c["findings"]
     }
     assert messages[copies[0]] == "stage 2 (Megatron -> HF): missing in final (was BF16[64, 16])"
@@ -86,10 +87,10 @@ def test_without_the_count_the_bridge_drops_the_mtp_layer(
     Qwen3-Next config without a count key: stage 1 loses the layer, and says so."""
     report = replay_roundtrip(run_cli, CORPUS, case, tmp_path)
     failing = failing_checks(report)
-    assert failing["stage1-mtp-count"] == ["mtp_num_layers"]
-    assert len(failing["stage1-tensors"]) == lost
-    assert "final-mtp-count" in failing
-    count = next(c for c in report["checks"] if c["name"] == "stage1-mtp-count")
+    assert failing[CheckName.STAGE1_MTP_COUNT] == ["mtp_num_layers"]
+    assert len(failing[CheckName.STAGE1_TENSORS]) == lost
+    assert CheckName.FINAL_MTP_COUNT in failing
+    count = next(c for c in report["checks"] if c["name"] == CheckName.STAGE1_MTP_COUNT)
     assert count["findings"][0]["message"] == (
         "stage 1 (HF -> Megatron): Megatron declares 0 (mtp_num_layers: null), the source 1"
     )
@@ -108,7 +109,7 @@ def test_hy_v3_router_bias_is_widened_to_float32(run_cli, tmp_path: Path) -> Non
     )
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    assert fail_messages(report, "tensors", "warn") == {
+    assert fail_messages(report, CheckName.TENSORS, "warn") == {
         "decoder.layers.1.mlp.router.expert_bias": KEPT,
         "mtp.layers.0.transformer_layer.mlp.router.expert_bias": KEPT,
     }
@@ -116,10 +117,10 @@ def test_hy_v3_router_bias_is_widened_to_float32(run_cli, tmp_path: Path) -> Non
     assert (len(statuses), statuses.count("equal")) == (51, 49)
     round_trip = replay_roundtrip(run_cli, CORPUS, "hy_v3", tmp_path)
     assert failing_checks(round_trip) == {}
-    assert list(fail_messages(round_trip, "stage1-tensors", "warn")) == [
+    assert list(fail_messages(round_trip, CheckName.STAGE1_TENSORS, "warn")) == [
         "mtp.layers.0.transformer_layer.mlp.router.expert_bias"
     ]
-    assert list(fail_messages(round_trip, "roundtrip-tensors", "warn")) == [
+    assert list(fail_messages(round_trip, CheckName.ROUNDTRIP_TENSORS, "warn")) == [
         "model.layers.2.mlp.expert_bias"
     ]
 
@@ -144,8 +145,8 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     run = run_cli("diff", FIXTURES / "qwen3_5_moe", megatron, "--format", "json")
     assert run.exit_code == 0, run
     report = json.loads(run.stdout)
-    assert fail_messages(report, "tensors") == {}
-    widened = fail_messages(report, "tensors", "warn")
+    assert fail_messages(report, CheckName.TENSORS) == {}
+    widened = fail_messages(report, CheckName.TENSORS, "warn")
     assert len(widened) == 24 and set(widened.values()) == {KEPT}
     experts = [n for n in widened if ".experts.local_experts." in n]
     assert len(experts) == 8  # 4 experts x (fc1, fc2), cut from two fused HF tensors
@@ -167,7 +168,7 @@ def test_a_vision_language_checkpoint_is_judged_under_its_language_model_names(
     assert {t["values_differing"] for t in everything["tensors"]} == {0}
 
     round_trip = replay_roundtrip(run_cli, CORPUS, "qwen3_5_moe", tmp_path)
-    stage1 = fail_messages(round_trip, "stage1-tensors", "warn")
+    stage1 = fail_messages(round_trip, CheckName.STAGE1_TENSORS, "warn")
     assert len(stage1) == 24
     assert all(m.startswith(f"stage 1 (HF -> Megatron): {KEPT} [from ") for m in stage1.values())
     assert failing_checks(round_trip) == {}
@@ -184,6 +185,6 @@ def test_a_flipped_bit_in_a_nested_hybrid_mtp_layer_is_named(run_cli, tmp_path: 
     flip_bit(Path(span.file), span.offset + 3, bit=2)
     run = run_cli("diff", FIXTURES / "nemotron_h", damaged, "--format", "json")
     assert run.exit_code == 1, run
-    (message,) = fail_messages(json.loads(run.stdout), "tensors").values()
-    assert list(fail_messages(json.loads(run.stdout), "tensors")) == [name]
+    (message,) = fail_messages(json.loads(run.stdout), CheckName.TENSORS).values()
+    assert list(fail_messages(json.loads(run.stdout), CheckName.TENSORS)) == [name]
     assert message.startswith("bits differ in 1 of 64 elements, first at index [0, 1]")

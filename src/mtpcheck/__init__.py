@@ -25,14 +25,16 @@ if TYPE_CHECKING:
         PathError,
     )
     from mtpcheck.extras import MissingExtra
-    from mtpcheck.model import CheckResult, Finding, Report, Status
+    from mtpcheck.model import CheckName, CheckResult, FailingFinding, Finding, Report, Status
 
 _LAZY = {
     "inspect": "mtpcheck.api",
     "diff": "mtpcheck.api",
     "roundtrip": "mtpcheck.api",
     "Report": "mtpcheck.model",
+    "CheckName": "mtpcheck.model",
     "CheckResult": "mtpcheck.model",
+    "FailingFinding": "mtpcheck.model",
     "Finding": "mtpcheck.model",
     "Status": "mtpcheck.model",
     "MtpcheckError": "mtpcheck.errors",
@@ -48,9 +50,11 @@ _MODULES = ("api", "testing")
 """The public modules, imported on first use too."""
 
 __all__ = [
+    "CheckName",
     "CheckResult",
     "DamagedInput",
     "ExitCode",
+    "FailingFinding",
     "Finding",
     "InputError",
     "MissingExtra",

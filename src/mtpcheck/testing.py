@@ -17,18 +17,17 @@ from collections.abc import Callable
 from typing import ParamSpec
 
 from mtpcheck.api import diff, inspect, roundtrip
-from mtpcheck.model import Report, Status
+from mtpcheck.model import Report
 
 P = ParamSpec("P")
 
 
 def failing_findings(report: Report) -> list[str]:
-    """Every failing finding of ``report``, one line each: ``check: subject: message``."""
+    """Every finding that fails ``report`` (:meth:`Report.failing_findings`), one line each:
+    ``check: subject: message``."""
     return [
-        f"{check.name}: {finding.subject}: {finding.message}"
-        for check in report.checks
-        for finding in check.findings
-        if finding.status is Status.FAIL
+        f"{check.label}: {finding.subject}: {finding.message}"
+        for check, finding in report.failing_findings()
     ]
 
 

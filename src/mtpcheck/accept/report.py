@@ -10,7 +10,7 @@ from typing import Any
 from mtpcheck.accept.copies import COPIES_TITLE
 from mtpcheck.accept.inputs import Inputs
 from mtpcheck.families import summarise
-from mtpcheck.model import CheckpointSummary, CheckResult, Finding, Status
+from mtpcheck.model import CheckName, CheckpointSummary, CheckResult, Finding, Status
 
 
 def compared_finding(message: str, details: Mapping[str, Any]) -> Finding:
@@ -24,16 +24,20 @@ def workload_checks(
     findings: Mapping[str, Sequence[Finding]],
     served: Sequence[Finding],
 ) -> tuple[CheckResult, ...]:
-    """One check per workload, in the workloads' order, titled ``{title} on workload NAME``;
+    """One check per workload, in the workloads' order, titled ``{title} on workload NAME``
+    and reported as ``acceptance/NAME``;
     then the served-copies check where a stored copy differs from its main tensor."""
     checks = [
         CheckResult(
-            f"acceptance/{w.name}", f"{title} on workload {w.name}", tuple(findings[w.name])
+            CheckName.ACCEPTANCE,
+            f"{title} on workload {w.name}",
+            tuple(findings[w.name]),
+            workload=w.name,
         )
         for w in inputs.workloads
     ]
     if served:
-        checks.append(CheckResult("served-copies", COPIES_TITLE, tuple(served)))
+        checks.append(CheckResult(CheckName.SERVED_COPIES, COPIES_TITLE, tuple(served)))
     return tuple(checks)
 
 

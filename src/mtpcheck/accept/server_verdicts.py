@@ -11,7 +11,7 @@ from typing import Any
 from mtpcheck.accept.drafter import Drafter
 from mtpcheck.accept.server_profile import Held
 from mtpcheck.accept.stats import Shortfall, shortfall, shown
-from mtpcheck.model import CheckResult, Finding, ServerAcceptance, Status
+from mtpcheck.model import CheckName, CheckResult, Finding, ServerAcceptance, Status
 
 
 def describe(r: ServerAcceptance) -> str:
@@ -182,7 +182,8 @@ def workload_check(
         findings += profile_findings(r, held, absent, profile, comparisons)
     what = "MTP" if drafter is None else drafter.title
     return CheckResult(
-        f"acceptance/{r.workload}",
+        CheckName.ACCEPTANCE,
         f"{what} acceptance served by {r.engine} on workload {r.workload}",
         tuple(findings),
+        workload=r.workload,
     )

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from mtpcheck.families.catalog import FAMILIES, GENERIC_COUNT_KEYS
-from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model import CheckName, CheckResult, Finding, Status
 from mtpcheck.model.config_keys import TEXT_ROOTS
 
 _STRUCTURAL = (
@@ -25,6 +25,9 @@ HIGHLIGHTED = frozenset(
     prefix + key for key in (*MTP_COUNT_KEYS, *_STRUCTURAL) for prefix in TEXT_ROOTS
 )
 """Keys whose change fails the diff: the MTP count and what locates or shapes MTP tensors."""
+
+NAME = CheckName.CONFIG
+TITLE = "Config keys"
 
 _ABSENT = object()
 
@@ -51,7 +54,7 @@ def config_check(
         which = "either side" if not (a_has or b_has) else ("A" if not a_has else "B")
         status = Status.SKIP if not (a_has or b_has) else Status.FAIL
         finding = Finding("config.json", status, f"no config.json on {which}")
-        return CheckResult("config", "Config keys", (finding,))
+        return CheckResult(NAME, TITLE, (finding,))
     fa = dict(flatten(a))
     fb = dict(flatten(b))
     findings = []
@@ -73,4 +76,4 @@ def config_check(
                 + (f"; {changed} other key(s) changed" if changed else ""),
             ),
         )
-    return CheckResult("config", "Config keys", tuple(findings))
+    return CheckResult(NAME, TITLE, tuple(findings))

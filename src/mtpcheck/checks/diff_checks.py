@@ -16,6 +16,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckResult,
     Finding,
@@ -283,7 +284,7 @@ def _tensor_check(
         *failing,
         *(finding for finding, _ in measured),
     )
-    return CheckResult("tensors", f"Tensor matcher ({label})", findings), comparisons
+    return CheckResult(CheckName.TENSORS, f"Tensor matcher ({label})", findings), comparisons
 
 
 def diff_report(

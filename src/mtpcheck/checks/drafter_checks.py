@@ -11,9 +11,12 @@ from collections.abc import Mapping
 
 from mtpcheck.families.drafter_kinds import DEFAULT_TAPS, DrafterKind, Taps
 from mtpcheck.families.drafters import DrafterConfig, flag_on
-from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model import CheckName, CheckResult, Finding, Status, TensorMeta
 from mtpcheck.model.config_keys import is_int
 from mtpcheck.units import first_few
+
+_KIND_TITLE = "Drafter kind"
+_TAPS_TITLE = "Auxiliary layer ids"
 
 
 def kind_check(kind: DrafterKind, cfg: DrafterConfig) -> CheckResult:
@@ -22,7 +25,9 @@ def kind_check(kind: DrafterKind, cfg: DrafterConfig) -> CheckResult:
     message = f"{kind.display}: {widths}; checked: {kind.checked}"
     if kind.not_checked:
         message += f"; not checked: {kind.not_checked}"
-    return CheckResult("drafter-kind", "Drafter kind", (Finding(kind.key, Status.PASS, message),))
+    return CheckResult(
+        CheckName.DRAFTER_KIND, _KIND_TITLE, (Finding(kind.key, Status.PASS, message),)
+    )
 
 
 def unknown_kind_check(seen: str) -> CheckResult:
@@ -31,7 +36,9 @@ def unknown_kind_check(seen: str) -> CheckResult:
         f"a drafter ({seen}) of a kind mtpcheck does not know: its tensors are not checked "
         "against its config"
     )
-    return CheckResult("drafter-kind", "Drafter kind", (Finding("kind", Status.SKIP, message),))
+    return CheckResult(
+        CheckName.DRAFTER_KIND, _KIND_TITLE, (Finding("kind", Status.SKIP, message),)
+    )
 
 
 def _prefix_present(names: Mapping[str, TensorMeta], wanted: str) -> bool:
@@ -161,7 +168,9 @@ def tensors_check(
     findings += _widths(kind, cfg, tensors) + _divides(kind, cfg, config)
     if not findings:
         findings.append(Finding("tensors", Status.SKIP, "nothing of this kind is checked"))
-    return CheckResult("drafter-tensors", "Drafter tensors against its config", tuple(findings))
+    return CheckResult(
+        CheckName.DRAFTER_TENSORS, "Drafter tensors against its config", tuple(findings)
+    )
 
 
 def _defaults(layers: int | None) -> str:
@@ -193,11 +202,11 @@ def taps_check(
             f"({_defaults(target_layers)}); unless the drafter was trained on exactly those, "
             "acceptance collapses with nothing in the logs",
         )
-        return CheckResult("drafter-taps", "Auxiliary layer ids", (f,))
+        return CheckResult(CheckName.DRAFTER_TAPS, _TAPS_TITLE, (f,))
     ids = cfg.taps
     if not isinstance(ids, list) or not all(type(i) is int for i in ids) or not ids:
         f = Finding(cfg.taps_key or key, Status.FAIL, f"not a list of layer ids: {ids!r}")
-        return CheckResult("drafter-taps", "Auxiliary layer ids", (f,))
+        return CheckResult(CheckName.DRAFTER_TAPS, _TAPS_TITLE, (f,))
     findings = []
     if any(b <= a for a, b in zip(ids, ids[1:], strict=False)):
         findings.append(Finding(cfg.taps_key or key, Status.FAIL, f"{ids} not increasing"))
@@ -227,4 +236,4 @@ def taps_check(
         findings.append(
             Finding("target", Status.SKIP, "whether they lie inside the target: needs --target")
         )
-    return CheckResult("drafter-taps", "Auxiliary layer ids", tuple(findings))
+    return CheckResult(CheckName.DRAFTER_TAPS, _TAPS_TITLE, tuple(findings))

@@ -16,7 +16,15 @@ from mtpcheck.checks.findings import comparison_finding, status_of
 from mtpcheck.checks.stacked_experts import unfused
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.drafter_kinds import DrafterKind
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorComparison, TensorStatus
+from mtpcheck.model import (
+    CheckName,
+    Checkpoint,
+    CheckResult,
+    Finding,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
 from mtpcheck.units import first_few
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
@@ -75,7 +83,7 @@ def mtp_extract_check(
             "the target holds no MTP layer to compare with (a build that strips it and "
             "ships the head apart)",
         )
-        return CheckResult("drafter-mtp", _TITLE, (finding,)), ()
+        return CheckResult(CheckName.DRAFTER_MTP, _TITLE, (finding,)), ()
     view = unfused(drafter)
     found = pair_names(kind, view, analysis)
     comparisons = tuple(compare(target, view, list(found.pairs)))
@@ -109,7 +117,7 @@ def mtp_extract_check(
                 f"layer: {first_few(found.unpaired, 3)}",
             )
         )
-    return CheckResult("drafter-mtp", _TITLE, tuple(bad)), comparisons
+    return CheckResult(CheckName.DRAFTER_MTP, _TITLE, tuple(bad)), comparisons
 
 
 def _absent(c: TensorComparison) -> bool:

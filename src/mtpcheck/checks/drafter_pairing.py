@@ -18,7 +18,15 @@ from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.drafter_kinds import DrafterKind, Shared
 from mtpcheck.families.drafters import DrafterConfig
 from mtpcheck.families.layout import tied_head
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorComparison, TensorStatus
+from mtpcheck.model import (
+    CheckName,
+    Checkpoint,
+    CheckResult,
+    Finding,
+    Status,
+    TensorComparison,
+    TensorStatus,
+)
 from mtpcheck.model.config_keys import is_int, text_value
 
 Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
@@ -131,7 +139,9 @@ def shape_check(
         findings.insert(1, tokenizer)
     if kind.key == "gemma4-assistant":
         findings.append(_layer_types(cfg, target))
-    return CheckResult("pairing-shape", "Drafter and target: vocabulary and width", tuple(findings))
+    return CheckResult(
+        CheckName.PAIRING_SHAPE, "Drafter and target: vocabulary and width", tuple(findings)
+    )
 
 
 def _layer_types(cfg: DrafterConfig, target: Target) -> Finding:
@@ -187,7 +197,9 @@ def verifier_check(cfg: DrafterConfig, target: Target) -> CheckResult | None:
         )
     if not findings:
         return None
-    return CheckResult("pairing-verifier", "Verifier the drafter was trained for", tuple(findings))
+    return CheckResult(
+        CheckName.PAIRING_VERIFIER, "Verifier the drafter was trained for", tuple(findings)
+    )
 
 
 def positions_check(cfg: DrafterConfig, target: Target) -> CheckResult | None:
@@ -215,7 +227,7 @@ def positions_check(cfg: DrafterConfig, target: Target) -> CheckResult | None:
             )
     if not findings:
         return None
-    return CheckResult("pairing-positions", "Positions and rope", tuple(findings))
+    return CheckResult(CheckName.PAIRING_POSITIONS, "Positions and rope", tuple(findings))
 
 
 def _copy_finding(what: str, c: TensorComparison, frozen: bool, own_note: str) -> Finding:
@@ -273,5 +285,5 @@ def embedding_check(
         )
         findings.append(_copy_finding(what, c, frozen and what.startswith("embed"), own))
     return CheckResult(
-        "pairing-embedding", "Embedding and head against the target's", tuple(findings)
+        CheckName.PAIRING_EMBEDDING, "Embedding and head against the target's", tuple(findings)
     )

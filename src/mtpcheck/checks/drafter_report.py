@@ -24,6 +24,7 @@ from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.families.drafter_kinds import FROZEN_EMBEDDING, DrafterKind, Shared
 from mtpcheck.families.drafters import DrafterConfig, read_config, recognise
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckpointSummary,
     CheckResult,
@@ -60,7 +61,7 @@ def _needs_target(kind: DrafterKind) -> CheckResult:
         else "vocabulary, widths, taps, embedding and head against the target"
     )
     return CheckResult(
-        "pairing",
+        CheckName.PAIRING,
         "Drafter and target",
         (Finding("target", Status.SKIP, f"not checked without --target TARGET: {what}"),),
     )
@@ -139,7 +140,7 @@ def extraction_diff(a: Checkpoint, b: Checkpoint, compare: Compare) -> Report | 
         summarise(b, analysis) if b is target else drafter_summary(b, kind),
     )
     scope = CheckResult(
-        "scope",
+        CheckName.SCOPE,
         "What is compared",
         (
             Finding(

@@ -10,7 +10,7 @@ from typing import Any
 
 from mtpcheck.families.drafter_kinds import DrafterKind
 from mtpcheck.families.drafters import draft_tokens, vllm_speculative_config
-from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model import CheckName, CheckResult, Finding, Status
 
 
 def _setting(engine: str, setting: str, note: str = "") -> Finding:
@@ -50,4 +50,4 @@ def serving_settings(kind: DrafterKind, config: Mapping[str, Any], drafter: str)
         findings.append(Finding("note", Status.INFO, e.other))
     if not findings:
         findings.append(Finding("engines", Status.SKIP, "no engine setting is known for it"))
-    return CheckResult("drafter-serving", "How to serve the pair", tuple(findings))
+    return CheckResult(CheckName.DRAFTER_SERVING, "How to serve the pair", tuple(findings))

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 from mtpcheck.dtypes import DTYPES, Kind
 from mtpcheck.families.drafter_kinds import DrafterKind
 from mtpcheck.families.drafters import DrafterConfig
-from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status, read_whole
+from mtpcheck.model import (
+    CheckName,
+    Checkpoint,
+    CheckResult,
+    Finding,
+    HeadersOnly,
+    Status,
+    read_whole,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,7 +31,7 @@ _TITLE = "Draft vocabulary maps (d2t, t2d)"
 
 
 def _result(*findings: Finding) -> CheckResult:
-    return CheckResult("drafter-vocab", _TITLE, findings)
+    return CheckResult(CheckName.DRAFTER_VOCAB, _TITLE, findings)
 
 
 def _absent(draft: int | None, vocab: int | None) -> CheckResult:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mtpcheck.families import MtpAnalysis
-from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model import CheckName, CheckResult, Finding, Status, TensorMeta
 from mtpcheck.units import first_few
 
 _PREFIX = "mtp."
@@ -48,4 +48,4 @@ def dspark_count_check(
             f"{said}, held in {len(held)} mtp.* tensors: a DSpark drafter, not MTP layers, "
             "so none is counted",
         )
-    return CheckResult("mtp-count", "Declared vs present MTP layers", (finding,))
+    return CheckResult(CheckName.MTP_COUNT, "Declared vs present MTP layers", (finding,))

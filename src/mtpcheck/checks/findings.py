@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mtpcheck.dtypes import exact_wider
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckResult,
     Finding,
@@ -129,4 +130,4 @@ def integrity_check(checkpoints: list[tuple[str, Checkpoint]]) -> CheckResult:
                     f"{ckpt.cross_checked} consistent",
                 )
             )
-    return CheckResult("integrity", "Files, headers and index", tuple(findings))
+    return CheckResult(CheckName.INTEGRITY, "Files, headers and index", tuple(findings))

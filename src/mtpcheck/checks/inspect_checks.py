@@ -21,6 +21,7 @@ from mtpcheck.errors import InputError
 from mtpcheck.families import ConcatOrder, CopyPolicy, Drafter, MtpAnalysis, analyse, summarise
 from mtpcheck.families.drafters import dspark_inside, recognise, unknown_drafter
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckResult,
     Finding,
@@ -64,7 +65,7 @@ def family_check(analysis: MtpAnalysis) -> CheckResult:
             f"{what}: MTP tensors located by name heuristics (layers >= num_hidden_layers, "
             "'mtp', 'nextn', 'eh_proj'); layer completeness not checked",
         )
-    return CheckResult("family", "MTP family", (finding,))
+    return CheckResult(CheckName.FAMILY, "MTP family", (finding,))
 
 
 def count_check(analysis: MtpAnalysis) -> CheckResult:
@@ -121,7 +122,9 @@ def count_check(analysis: MtpAnalysis) -> CheckResult:
             + (f" ({why})" if why else ""),
         )
     details = {"declared": d, "declared_by": src, "present": found, "complete": complete}
-    return CheckResult("mtp-count", "Declared vs present MTP layers", (_with(finding, details),))
+    return CheckResult(
+        CheckName.MTP_COUNT, "Declared vs present MTP layers", (_with(finding, details),)
+    )
 
 
 def _why_incomplete(layer: MtpLayerReport) -> str:
@@ -185,7 +188,7 @@ def layers_check(analysis: MtpAnalysis) -> CheckResult:
     ]
     if not findings:
         findings.append(Finding("mtp layers", Status.SKIP, "no MTP layers present"))
-    return CheckResult("mtp-layers", "MTP layer completeness", tuple(findings))
+    return CheckResult(CheckName.MTP_LAYERS, "MTP layer completeness", tuple(findings))
 
 
 def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
@@ -245,7 +248,7 @@ def copies_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
         else:
             reason = f"no copies stored (allowed for {family.display})"
         findings.append(Finding("shared copies", Status.SKIP, reason))
-    return CheckResult("shared-copies", "MTP copies of embedding and head", tuple(findings))
+    return CheckResult(CheckName.SHARED_COPIES, "MTP copies of embedding and head", tuple(findings))
 
 
 def _with_draft_note(check: CheckResult, ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
@@ -310,7 +313,7 @@ def inspect_report(
     checks = _model_checks(ckpt, analysis)
     if dspark:
         count = dspark_count_check(analysis, dspark, dict(ckpt.tensors))
-        checks = tuple(count if c.name == "mtp-count" else c for c in checks)
+        checks = tuple(count if c.name is CheckName.MTP_COUNT else c for c in checks)
     if kind is not None:
         return drafter_report(
             ckpt, kind, compare, target, family_checks=checks[1:], tokenizers=tokenizers

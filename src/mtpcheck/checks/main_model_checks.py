@@ -28,6 +28,7 @@ from mtpcheck.families.definitions import Definition, definition_of
 from mtpcheck.families.main_layout import MainLayout, main_layout
 from mtpcheck.families.name_templates import LayerNames, NameTemplate
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckResult,
     Finding,
@@ -40,7 +41,7 @@ from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import stored_forms
 from mtpcheck.units import first_few
 
-NAME = "main-model"
+NAME = CheckName.MAIN_MODEL
 TITLE = "Main model held to its config"
 
 _MLP_FACTS = frozenset({"mlp", "mlp_layer_types", "routed experts"})
@@ -436,8 +437,12 @@ def _expert_problems(k: int, layout: MainLayout, layer: MainLayer) -> list[str]:
             f"{len(missing)} of {count} routed experts missing: expert(s) "
             + first_few([str(e) for e in missing], 8)
         )
+    lacking: dict[frozenset[str], list[str]] = {}  # once per distinct set: experts share one
     for e in held:
-        lacks = sorted(parts - layer.experts[e])
+        owns = layer.experts[e]
+        lacks = lacking.get(owns)
+        if lacks is None:
+            lacks = lacking[owns] = sorted(parts - owns)
         if lacks:
             problems.append(f"expert {e} of {count} lacks {', '.join(lacks)}")
     return problems

@@ -18,6 +18,7 @@ from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import MappedCheckpoint, TensorMapping, as_megatron
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckpointSummary,
     CheckResult,
@@ -44,16 +45,16 @@ def summary_of(ckpt: Checkpoint) -> CheckpointSummary:
 
 def source_checks(source: Checkpoint) -> tuple[CheckResult, ...]:
     """Stage 0: every ``inspect`` check on the source (integrity, family, count, layers,
-    shapes, shared copies), named ``source-*``. A source that fails one is not converted: its
-    defects would otherwise come out of both stages and be blamed on a converter, or a source
-    that already lost its MTP layers would round-trip "bit for bit" with only the embedding
-    and head in scope."""
+    shapes, shared copies), named ``source-NAME`` (:meth:`CheckName.source`). A source that
+    fails one is not converted: its defects would otherwise come out of both stages and be
+    blamed on a converter, or a source that already lost its MTP layers would round-trip "bit
+    for bit" with only the embedding and head in scope."""
     return tuple(source_check(c) for c in inspect_report(source).checks)
 
 
 def source_check(check: CheckResult) -> CheckResult:
     """``check`` as one of the source stage's: ``source-*``, titled "Source: ..."."""
-    return CheckResult(f"source-{check.name}", f"Source: {check.title}", check.findings)
+    return CheckResult(check.name.source(), f"Source: {check.title}", check.findings)
 
 
 def final_main_model_check(final: Checkpoint) -> CheckResult:
@@ -61,14 +62,16 @@ def final_main_model_check(final: Checkpoint) -> CheckResult:
     main layers or shards passes an MTP-scope comparison, so its main model is judged whole
     here whatever the scope."""
     check = main_model_check(final, analyse(final.config, final.tensors, final.config_path))
-    return CheckResult("final-main-model", f"Final: {check.title}", check.findings)
+    return CheckResult(CheckName.FINAL_MAIN_MODEL, f"Final: {check.title}", check.findings)
 
 
 def final_count_check(final: Checkpoint) -> CheckResult:
     """What a serving engine will see: the final config's count against the complete MTP
     layers the final checkpoint holds (a converter that drops MTP usually keeps the key)."""
     count = count_check(analyse(final.config, final.tensors, final.config_path))
-    return CheckResult("final-mtp-count", "Final: declared vs present MTP layers", count.findings)
+    return CheckResult(
+        CheckName.FINAL_MTP_COUNT, "Final: declared vs present MTP layers", count.findings
+    )
 
 
 def stage1_checks(
@@ -127,8 +130,10 @@ def stage1_checks(
         {"bytes_compared": sum(c.nbytes for c in results.values())},
     )
     checks = (
-        CheckResult("stage1-mtp-count", "Stage 1: declared MTP layers", (count,)),
-        CheckResult("stage1-tensors", "Stage 1: Megatron tensors vs source", (head, *findings)),
+        CheckResult(CheckName.STAGE1_MTP_COUNT, "Stage 1: declared MTP layers", (count,)),
+        CheckResult(
+            CheckName.STAGE1_TENSORS, "Stage 1: Megatron tensors vs source", (head, *findings)
+        ),
     )
     return checks, results, expected
 
@@ -206,7 +211,9 @@ def stage2_checks(
         source.config, final.config, source.config_path is not None, final.config_path is not None
     )
     checks = (
-        CheckResult("config", "Final config vs source", config.findings),
-        CheckResult("roundtrip-tensors", f"Final tensors vs source ({scope})", (head, *findings)),
+        CheckResult(CheckName.CONFIG, "Final config vs source", config.findings),
+        CheckResult(
+            CheckName.ROUNDTRIP_TENSORS, f"Final tensors vs source ({scope})", (head, *findings)
+        ),
     )
     return checks, comparisons

@@ -16,7 +16,7 @@ from typing import Any
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.interface import Serving
 from mtpcheck.families.serving import EngineDefault, EngineLimit, EngineSource
-from mtpcheck.model import CheckResult, Finding, Status
+from mtpcheck.model import CheckName, CheckResult, Finding, Status
 from mtpcheck.model.config_keys import text_value
 
 TITLE = "What serving engines build from this config"
@@ -57,7 +57,7 @@ def serving_check(
             else "no engine reading known to differ from transformers for this family"
         )
         findings.insert(0, Finding("serving", Status.PASS if known else Status.SKIP, message))
-    return CheckResult("serving", TITLE, tuple(findings))
+    return CheckResult(CheckName.SERVING, TITLE, tuple(findings))
 
 
 def _value(config: Mapping[str, Any], key: str) -> object:

@@ -15,11 +15,11 @@ from typing import Any
 from mtpcheck.dtypes import is_fp8, is_high_precision
 from mtpcheck.families import ConcatOrder, Drafter, MtpAnalysis, MtpFamily
 from mtpcheck.families.name_templates import matches_template
-from mtpcheck.model import CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model import CheckName, CheckResult, Finding, Status, TensorMeta
 from mtpcheck.model.config_keys import is_int, text_value
 from mtpcheck.params import logical_name
 
-NAME = "mtp-shapes"
+NAME = CheckName.MTP_SHAPES
 TITLE = "MTP tensor shapes"
 
 

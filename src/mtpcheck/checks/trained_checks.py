@@ -25,6 +25,7 @@ DeepSeek-V3 scale (61 main layers) about 10 MB are read (computed from its shape
 from __future__ import annotations
 
 import math
+import operator
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,15 @@ from mtpcheck.checks.tensor_match import compare
 from mtpcheck.dtypes import itemsize, unpack_floats
 from mtpcheck.families import MtpAnalysis
 from mtpcheck.families.name_templates import NameTemplate
-from mtpcheck.model import Checkpoint, CheckResult, Finding, HeadersOnly, Status, TensorStatus
+from mtpcheck.model import (
+    CheckName,
+    Checkpoint,
+    CheckResult,
+    Finding,
+    HeadersOnly,
+    Status,
+    TensorStatus,
+)
 from mtpcheck.model.config_keys import TEXT_ROOTS, lookup
 from mtpcheck.params import Role, logical_name, quantized_modules
 from mtpcheck.units import first_few
@@ -54,10 +63,10 @@ def trained_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     title = "MTP layers trained, not initialised"
     present = [layer for layer in analysis.layers if layer.present]
     if not present:
-        return CheckResult("mtp-trained", title, (_skip("no MTP layers present"),))
+        return CheckResult(CheckName.MTP_TRAINED, title, (_skip("no MTP layers present"),))
     no_bytes = ckpt.why_no_bytes if isinstance(ckpt, HeadersOnly) else ""
     if no_bytes:
-        return CheckResult("mtp-trained", title, (_skip(f"not judged: {no_bytes}"),))
+        return CheckResult(CheckName.MTP_TRAINED, title, (_skip(f"not judged: {no_bytes}"),))
     copies = {c for c, _ in analysis.copies}
     stds = init_stds(ckpt.config)
     mains = _main_prefixes(analysis)
@@ -65,7 +74,7 @@ def trained_check(ckpt: Checkpoint, analysis: MtpAnalysis) -> CheckResult:
     for layer in present:
         names = [n for n in layer.present if n not in copies and ckpt.tensors[n].readable]
         findings += _layer_findings(ckpt, analysis, layer.index, names, mains, stds)
-    return CheckResult("mtp-trained", title, tuple(findings))
+    return CheckResult(CheckName.MTP_TRAINED, title, tuple(findings))
 
 
 def _skip(message: str) -> Finding:
@@ -282,7 +291,7 @@ def _stats(ckpt: Checkpoint, name: str) -> _Stats | None:
     if not math.isfinite(total):
         return None
     mean = total / n
-    square = math.fsum(v * v for v in values) / n
+    square = math.fsum(map(operator.mul, values, values)) / n  # no Python frame per value
     return _Stats(mean, math.sqrt(max(0.0, square - mean * mean)), n)
 
 

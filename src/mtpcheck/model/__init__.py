@@ -18,6 +18,7 @@ from mtpcheck.model.acceptance import (
     ServerAcceptance,
     Share,
 )
+from mtpcheck.model.check_names import CHECKS, CheckInfo, CheckName
 from mtpcheck.model.checkpoint import (
     Checkpoint,
     DeclaresQuantization,
@@ -36,6 +37,7 @@ from mtpcheck.model.checkpoint_data import CheckpointData, ViewData
 from mtpcheck.model.results import (
     CheckpointSummary,
     CheckResult,
+    FailingFinding,
     Finding,
     MtpLayerReport,
     Report,
@@ -53,10 +55,13 @@ from mtpcheck.model.tensors import (
 )
 
 __all__ = [
+    "CHECKS",
     "AcceptanceDelta",
     "AcceptanceResult",
     "ByteSpan",
     "ChainAcceptance",
+    "CheckInfo",
+    "CheckName",
     "CheckResult",
     "Checkpoint",
     "CheckpointData",
@@ -67,6 +72,7 @@ __all__ = [
     "EngineAcceptance",
     "EngineDelta",
     "Estimate",
+    "FailingFinding",
     "Finding",
     "HasByteSpans",
     "HasSpanReader",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from mtpcheck.model.acceptance import (
     AcceptanceDelta,
@@ -16,6 +16,7 @@ from mtpcheck.model.acceptance import (
     OnlineAcceptance,
     ServerAcceptance,
 )
+from mtpcheck.model.check_names import CheckName
 
 
 class Status(str, enum.Enum):
@@ -48,9 +49,19 @@ class Finding:
 class CheckResult:
     """The findings of one named check; it fails when any finding fails."""
 
-    name: str
+    name: CheckName
     title: str
     findings: tuple[Finding, ...]
+    workload: str | None = None
+    """``acceptance`` only: the workload it measured; reports name the check
+    ``acceptance/WORKLOAD`` (:attr:`label`)."""
+
+    @property
+    def label(self) -> str:
+        """The check's name as reports print it: ``acceptance/WORKLOAD`` for a workload's
+        check, the plain name otherwise."""
+        name = str(self.name)  # a CheckName prints as its value
+        return name if self.workload is None else f"{name}/{self.workload}"
 
     @property
     def status(self) -> Status:
@@ -151,6 +162,14 @@ class CheckpointSummary:
     mtp_layers: tuple[MtpLayerReport, ...]
 
 
+class FailingFinding(NamedTuple):
+    """A finding that fails the run, with the check it belongs to
+    (:meth:`Report.failing_findings`)."""
+
+    check: CheckResult
+    finding: Finding
+
+
 @dataclass(frozen=True)
 class Report:
     """A finished run: inputs, checks, tensor comparisons. Renderers only read this."""
@@ -180,20 +199,33 @@ class Report:
 
     @property
     def failing(self) -> tuple[str, ...]:
-        """The names of the checks that fail the run (:meth:`fails`), in report order."""
-        return tuple(c.name for c in self.checks if self.fails(c))
+        """The names of the checks that fail the run (:meth:`fails`), in report order, as
+        reports print them (:attr:`CheckResult.label`)."""
+        return tuple(c.label for c in self.checks if self.fails(c))
+
+    def failing_findings(self) -> tuple[FailingFinding, ...]:
+        """Every finding that fails the run, with its check, in report order: each FAIL, and
+        under :attr:`strict` each WARN too."""
+        return tuple(
+            FailingFinding(check, finding)
+            for check in self.checks
+            for finding in check.findings
+            if finding.status is Status.FAIL or (self.strict and finding.status is Status.WARN)
+        )
 
     @property
     def ok(self) -> bool:
         """True when no check fails the run (:attr:`failing`)."""
         return not self.failing
 
-    def check(self, name: str) -> CheckResult:
-        """The check named ``name`` (``mtp-count``); a KeyError naming the report's checks
-        where it has none of that name."""
+    def check(self, name: CheckName | str) -> CheckResult:
+        """The check named ``name`` (``CheckName.MTP_COUNT``, or as reports print it:
+        ``mtp-count``, ``acceptance/chat``); a KeyError naming the report's checks where it
+        has none of that name."""
+        wanted = str(name)
         for found in self.checks:
-            if found.name == name:
+            if found.label == wanted:
                 return found
         raise KeyError(
-            f"no check {name!r} in this report: {', '.join(c.name for c in self.checks)}"
+            f"no check {wanted!r} in this report: {', '.join(c.label for c in self.checks)}"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -135,9 +135,20 @@ class TensorTable(Mapping[str, TensorMeta]):
         return f"TensorTable({len(self)} tensors in {len(self._parts)} files)"
 
     @property
+    def names(self) -> KeysView[str]:
+        """The names, as a set-like view whose membership test runs in C (``in`` on the
+        table itself is a Python call: checks that test thousands of names use this)."""
+        return self._position.keys()
+
+    @property
     def parts(self) -> tuple[TensorColumns, ...]:
         """The column blocks the table is made of, in order."""
         return tuple(self._parts)
+
+
+def names_of(tensors: Mapping[str, TensorMeta]) -> Collection[str]:
+    """The names of ``tensors``, with a membership test in C where the mapping has one."""
+    return tensors.names if isinstance(tensors, TensorTable) else tensors.keys()
 
 
 def total_nbytes(tensors: Mapping[str, TensorMeta]) -> int:

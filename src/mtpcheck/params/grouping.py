@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mtpcheck.dtypes import is_high_precision
 from mtpcheck.model import TensorMeta
@@ -55,10 +56,19 @@ class LogicalParam:
         return meta is not None and not is_high_precision(meta.dtype)
 
 
+_LAST_COMPONENTS = frozenset(p.suffix.rpartition(".")[2] for p in PARTS)
+"""The last name component of every part's suffix: a name ending otherwise is no part."""
+
+
+@lru_cache(maxsize=1 << 16)
 def _split(name: str) -> tuple[str, StoredPart] | None:
     """``<module>.<suffix>`` -> (module, part) where the suffix (one or more name components,
-    the longest that matches) is a quantizer's part."""
-    components = name.split(".")
+    the longest that matches) is a quantizer's part. Cached: the checks ask again about the
+    same names (an MTP layer's, its main counterparts'), and names of 92k-tensor checkpoints
+    mostly end in a component no part ends in, which is answered before any join."""
+    if name.rpartition(".")[2] not in _LAST_COMPONENTS:
+        return None
+    components = name.rsplit(".", SUFFIX_COMPONENTS)  # the module's own dots stay in [0]
     for k in range(min(SUFFIX_COMPONENTS, len(components) - 1), 0, -1):
         part = PART_BY_SUFFIX.get(".".join(components[-k:]))
         if part is not None:
@@ -70,17 +80,32 @@ def quantized_modules(names: Iterable[str]) -> set[str]:
     """The modules among ``names`` whose generic side parts (``scales``, ``qzeros``,
     ``g_idx``, ``biases``) are a quantizer's: those storing a packed weight, and those storing
     a ``weight`` beside ``scales`` (mlx-lm)."""
-    split = [found for name in names if (found := _split(name)) is not None]
-    packed = {module for module, part in split if part.role is Role.PACKED}
-    scaled = {module for module, part in split if part.suffix == "scales"}
-    weighted = {module for module, part in split if part.suffix == LOGICAL_SUFFIX}
+    return _quantized_of(found for name in names if (found := _split(name)) is not None)
+
+
+def _quantized_of(split: Iterable[tuple[str, StoredPart]]) -> set[str]:
+    """:func:`quantized_modules` of names already split into (module, part)."""
+    packed, scaled, weighted = set(), set(), set()
+    for module, part in split:
+        if part.role is Role.PACKED:
+            packed.add(module)
+        elif part.suffix == "scales":
+            scaled.add(module)
+        elif part.suffix == LOGICAL_SUFFIX:
+            weighted.add(module)
     return packed | (scaled & weighted)
 
 
 def logical_name(name: str, quantized_modules: Collection[str] = ()) -> tuple[str, Role]:
     """The parameter ``name`` is a part of, and its role there. ``quantized_modules`` (see
     :func:`quantized_modules`) decide the parts whose suffix is generic (AutoAWQ's ``scales``)."""
-    found = _split(name)
+    return _logical(name, _split(name), quantized_modules)
+
+
+def _logical(
+    name: str, found: tuple[str, StoredPart] | None, quantized_modules: Collection[str]
+) -> tuple[str, Role]:
+    """:func:`logical_name` of ``name``, split already into ``found``."""
     if found is None:
         return name, Role.WEIGHT
     module, part = found
@@ -91,15 +116,15 @@ def logical_name(name: str, quantized_modules: Collection[str] = ()) -> tuple[st
 
 def group(names: Iterable[str]) -> dict[str, LogicalParam]:
     """The logical parameters of ``names``, by parameter name."""
-    names = list(names)
-    packed = quantized_modules(names)
-    found: dict[str, list[tuple[Role, str]]] = {}
-    for name in names:
-        logical, role = logical_name(name, packed)
-        found.setdefault(logical, []).append((role, name))
+    split = [(name, _split(name)) for name in names]
+    packed = _quantized_of(found for _, found in split if found is not None)
+    grouped: dict[str, list[tuple[Role, str]]] = {}
+    for name, found in split:
+        logical, role = _logical(name, found, packed)
+        grouped.setdefault(logical, []).append((role, name))
     return {
         logical: LogicalParam(logical, tuple(sorted(parts, key=_part_order)))
-        for logical, parts in found.items()
+        for logical, parts in grouped.items()
     }
 
 

@@ -35,12 +35,12 @@ def refuse_if_failing(
     if failed is None:
         return
     check, finding = failed
-    subject = "" if finding.subject == check.name else f"{finding.subject}: "
+    subject = "" if finding.subject == check.label else f"{finding.subject}: "
     failing = failing_count(checks)
     more = f"; {failing} failing findings in all" if failing > 1 else ""
     rest = f" (`mtpcheck inspect {path}` lists every finding)" if inspect else ""
     raise DamagedInput(
-        path, f"not converted: {what}: {check.name}: {subject}{finding.message}{more}{rest}"
+        path, f"not converted: {what}: {check.label}: {subject}{finding.message}{more}{rest}"
     )
 
 

@@ -25,9 +25,9 @@ from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER, FUSED_NORMS
 from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, top_level
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Status, TensorMeta
+from mtpcheck.model import CheckName, Checkpoint, CheckResult, Finding, Status, TensorMeta
 
-NAME = "mcore-model"
+NAME = CheckName.MCORE_MODEL
 TITLE = "Main model as megatron-core's GPTModel of the config holds it"
 
 _NORM_ALIASES = {f.fused: f.norm for f in FUSED_NORMS}

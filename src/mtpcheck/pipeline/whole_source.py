@@ -20,6 +20,6 @@ def require_whole_main_model(ckpt: Checkpoint) -> None:
     check, finding = failed
     raise DamagedInput(
         ckpt.path,
-        f"not measured: {check.name}: {finding.subject}: {finding.message} "
+        f"not measured: {check.label}: {finding.subject}: {finding.message} "
         f"(`mtpcheck inspect {ckpt.path}` lists every finding)",
     )

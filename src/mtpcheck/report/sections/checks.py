@@ -64,7 +64,7 @@ def _longest(report: Report) -> tuple[int, int]:
 
 def needed_width(report: Report) -> int:
     """Terminal width at which the checks table splits no name across lines."""
-    checks = max((len(c.name) for c in report.checks), default=5)
+    checks = max((len(c.label) for c in report.checks), default=5)
     subject, word = _longest(report)
     return len("status") + checks + subject + word + 3 * 2
 
@@ -72,12 +72,12 @@ def needed_width(report: Report) -> int:
 def _rows(check: CheckResult) -> list[tuple[CellLike, ...]]:
     shown = findings_of(check)[:MAX_ROWS_PER_CHECK]
     rows: list[tuple[CellLike, ...]] = [
-        (Cell(f.status.value.upper(), STYLE[f.status]), check.name, f.subject, f.message)
+        (Cell(f.status.value.upper(), STYLE[f.status]), check.label, f.subject, f.message)
         for f in shown
     ]
     hidden = len(findings_of(check)) - len(shown)
     if hidden:
-        rows.append(("", check.name, "", f"... {hidden} more (use --format json)"))
+        rows.append(("", check.label, "", f"... {hidden} more (use --format json)"))
     return rows
 
 
@@ -103,7 +103,7 @@ def _table(report: Report) -> tuple[Block, ...]:
 
 def _markdown(report: Report) -> str:
     rows = (
-        (ICON[f.status], check.name, f"`{md_cell(f.subject)}`", md_cell(f.message))
+        (ICON[f.status], check.label, f"`{md_cell(f.subject)}`", md_cell(f.message))
         for check in report.checks
         for f in findings_of(check)
     )
@@ -120,7 +120,7 @@ def _check_json(c: CheckResult) -> dict[str, Any]:
         }
         for f in findings_of(c)
     ]
-    return {"name": c.name, "title": c.title, "status": c.status.value, "findings": findings}
+    return {"name": c.label, "title": c.title, "status": c.status.value, "findings": findings}
 
 
 def _json(report: Report) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def _json(report: Report) -> dict[str, Any]:
 def _testcase(report: Report, check: CheckResult) -> ET.Element:
     """One check as a test: failed (or warned under ``--strict``), skipped, or passed with its
     findings as output."""
-    name = xml_text(check.name)
+    name = xml_text(check.label)
     case = ET.Element("testcase", classname=f"mtpcheck.{report.command}", name=name)
     findings = findings_of(check)
     lines = xml_text("\n".join(f"[{f.status.value}] {f.subject}: {f.message}" for f in findings))
