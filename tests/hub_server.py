@@ -50,6 +50,10 @@ class FakeHub:
     """Stand in for each file's sha256 with a hash of its header alone (benchmarks serve
     sparse files of hundreds of GB, which would take hours to hash)."""
     _hashes: dict[tuple[Path, int, int], str] = field(default_factory=dict)
+    in_flight: int = 0
+    """Requests being served now."""
+    peak_in_flight: int = 0
+    """The most requests served at once since :meth:`clear` (the client's concurrency)."""
 
     def add(self, repo: str, folder: Path) -> None:
         self.repos[repo] = folder
@@ -78,6 +82,7 @@ class FakeHub:
 
     def clear(self) -> None:
         self.log.clear()
+        self.peak_in_flight = 0
 
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
@@ -117,6 +122,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 )
 
         def _serve(self, head: bool) -> None:
+            with hub.lock:
+                hub.in_flight += 1
+                hub.peak_in_flight = max(hub.peak_in_flight, hub.in_flight)
+            try:
+                self._answer(head)
+            finally:
+                with hub.lock:
+                    hub.in_flight -= 1
+
+        def _answer(self, head: bool) -> None:
             if hub.latency:
                 time.sleep(hub.latency)
             path = unquote(urlparse(self.path).path)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.formats.hub_ref import HubRef, parse_ref
 from tests import checkpoint_edits as edits
 from tests.checkpoint_edits import SHARD1, SHARD2
@@ -93,7 +94,7 @@ def test_hub_inspect_gives_the_local_verdict_from_headers_alone(
     remote = run_cli("inspect", f"hf://org/{name}", "--format", "json")
     assert remote.exit_code == local.exit_code, remote.stderr
     a, b = _findings(_report(local)), _findings(_report(remote))
-    for check in ("family", "mtp-count", "mtp-layers"):
+    for check in (CheckName.FAMILY, CheckName.MTP_COUNT, CheckName.MTP_LAYERS):
         assert b[check] == a[check], check
     copies = [s for s, _ in b["shared-copies"]]
     assert all(s == "skip" for s in copies)  # copies need bytes: skipped, with the reason
@@ -114,12 +115,12 @@ def test_fetch_compares_shared_copies_by_range_reads(
 ) -> None:
     run = run_cli("inspect", "hf://org/deepseek_v3", "--fetch", "--format", "json")
     assert run.exit_code == 0
-    copies = _findings(_report(run))["shared-copies"]
+    copies = _findings(_report(run))[CheckName.SHARED_COPIES]
     assert copies == [
         ("pass", "bit-identical to model.embed_tokens.weight (2048 bytes)"),
         ("pass", "bit-identical to lm_head.weight (2048 bytes)"),
     ]
-    assert _findings(_report(run))["mtp-trained"] == [
+    assert _findings(_report(run))[CheckName.MTP_TRAINED] == [
         ("pass", "looks trained (7 norms, 1 block(s) checked)")
     ]
     from mtpcheck.formats import open_checkpoint
@@ -162,7 +163,7 @@ def test_a_damaged_copy_is_found_by_range_reads(
     assert quiet.exit_code == 0  # by headers alone the damage cannot be seen
     run = run_cli("inspect", "hf://org/damaged", "--fetch", "--format", "json")
     assert run.exit_code == 1
-    [_, (status, message)] = _findings(_report(run))["shared-copies"]
+    [_, (status, message)] = _findings(_report(run))[CheckName.SHARED_COPIES]
     assert status == "fail" and message.startswith("diverged from lm_head.weight: bits differ")
 
 
@@ -299,10 +300,10 @@ def test_a_truncated_shard_on_the_hub_is_found_from_its_length(
     shard = cut / "model-00002-of-00002.safetensors"
     shard.write_bytes(shard.read_bytes()[:-100])
     hub.add("org/cut", cut)
-    local = _findings(_report(run_cli("inspect", cut, "--format", "json")))["integrity"]
+    local = _findings(_report(run_cli("inspect", cut, "--format", "json")))[CheckName.INTEGRITY]
     remote = run_cli("inspect", "hf://org/cut", "--format", "json")
     assert remote.exit_code == 1
-    assert _findings(_report(remote))["integrity"] == local
+    assert _findings(_report(remote))[CheckName.INTEGRITY] == local
     assert local[0][0] == "fail" and "is truncated" in local[0][1]
 
 
@@ -332,7 +333,7 @@ def test_an_unindexed_shard_in_the_repository_is_reported(
     run = run_cli("inspect", "hf://org/extra", "--format", "json")
     assert run.exit_code == 1, run.stderr
     assert ("fail", "stray.safetensors is in the repository but the index does not mention it") in (
-        _findings(_report(run))["integrity"]
+        _findings(_report(run))[CheckName.INTEGRITY]
     )
 
 
@@ -348,8 +349,8 @@ def test_a_shard_the_index_names_and_the_repository_lacks_reads_as_on_disk(
     local = _findings(_report(run_cli("inspect", str(lacking), "--format", "json")))
     remote = _findings(_report(run_cli("inspect", "hf://org/lacking", "--format", "json")))
     on_disk = "index names shard model-00002-of-00002.safetensors (34 tensors) but "
-    assert local["integrity"] == [("fail", on_disk + "the file is missing")]
-    assert remote["integrity"] == [("fail", on_disk + "the repository lacks it")]
+    assert local[CheckName.INTEGRITY] == [("fail", on_disk + "the file is missing")]
+    assert remote[CheckName.INTEGRITY] == [("fail", on_disk + "the repository lacks it")]
 
 
 def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
@@ -367,10 +368,10 @@ def test_an_index_that_maps_nothing_fails_on_the_hub_as_on_disk(
     assert (local.exit_code, remote.exit_code) == (1, 1), remote.stderr
     shards = (SHARD1, SHARD2)
     unnamed = "{} {} but the index does not mention it"
-    assert _findings(_report(local))["integrity"] == [
+    assert _findings(_report(local))[CheckName.INTEGRITY] == [
         ("fail", unnamed.format(s, "sits beside the index")) for s in shards
     ]
-    assert _findings(_report(remote))["integrity"] == [
+    assert _findings(_report(remote))[CheckName.INTEGRITY] == [
         ("fail", unnamed.format(s, "is in the repository")) for s in shards
     ]
 
@@ -406,11 +407,11 @@ def test_the_hub_holds_shards_to_their_index_as_on_disk(
     local = run_cli("inspect", str(root), "--format", "json")
     remote = run_cli("inspect", "hf://org/damaged", "--format", "json")
     assert (local.exit_code, remote.exit_code) == (1, 1), remote.stderr
-    found = _findings(_report(local))["integrity"]
+    found = _findings(_report(local))[CheckName.INTEGRITY]
     assert found and all(status == "fail" for status, _ in found)
     on_disk = [
         (status, message.replace("the repository lacks it", "the file is missing"))
-        for status, message in _findings(_report(remote))["integrity"]
+        for status, message in _findings(_report(remote))[CheckName.INTEGRITY]
     ]
     assert [
         (status, message.replace("is in the repository", "sits beside the index"))
@@ -427,10 +428,10 @@ def test_shards_without_an_index_holding_a_tensor_twice(
     for name in ("model-a.safetensors", "model-b.safetensors"):
         shutil.copy(FIXTURES / "mimo" / "model.safetensors", twice / name)
     hub.add("org/twice", twice)
-    local = _findings(_report(run_cli("inspect", twice, "--format", "json")))["integrity"]
+    local = _findings(_report(run_cli("inspect", twice, "--format", "json")))[CheckName.INTEGRITY]
     remote = run_cli("inspect", "hf://org/twice", "--format", "json")
     assert remote.exit_code == 1
-    assert _findings(_report(remote))["integrity"] == local
+    assert _findings(_report(remote))[CheckName.INTEGRITY] == local
     assert local[0] == (
         "fail",
         "lm_head.weight is stored in model-a.safetensors and model-b.safetensors",
@@ -545,7 +546,39 @@ def test_a_repository_short_of_a_main_layer_fails_from_its_headers(
     hub.add("org/short", short)
     run = run_cli("inspect", "hf://org/short", "--format", "json")
     assert run.exit_code == 1, run
-    assert _findings(_report(run))["main-model"] == [
+    assert _findings(_report(run))[CheckName.MAIN_MODEL] == [
         ("fail", "all 14 tensors missing (as main layer 1 of its kind holds them)")
     ]
     assert "no tensor bytes" in run.stderr.strip().splitlines()[-1]
+
+
+def _tiny_shard(path: Path, name: str) -> None:
+    """A safetensors file of one F32 scalar ``name``."""
+    header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0\0\0")
+
+
+def test_shard_headers_are_read_concurrently_within_the_bound_and_once_each(
+    run_cli, hub: FakeHub, online: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Headers are read several at a time, never more than ``CONCURRENCY`` requests in
+    flight, and nothing is fetched twice: each shard's length and header once, the config and
+    the index once each."""
+    from mtpcheck.formats import hub as hub_module
+
+    many = Path(shutil.copytree(FIXTURES / "deepseek_v3", tmp_path / "many"))
+    for k in range(12):
+        _tiny_shard(many / f"extra-{k:02d}.safetensors", f"extra.{k}.weight")
+    hub.add("org/many", many)
+    monkeypatch.setattr(hub_module, "CONCURRENCY", 3)
+    online.latency = 0.02  # requests overlap only if the client sends them together
+    run = run_cli("inspect", "hf://org/many", "--format", "json")
+    assert run.exit_code == 1, run.stderr  # the extra shards are not in the index
+    assert 2 <= online.peak_in_flight <= 3
+    gets = [(r.path, r.range) for r in online.log if r.method == "GET"]
+    assert len(gets) == len(set(gets))
+    shards = sorted(p.name for p in many.glob("*.safetensors"))
+    read = sorted(file for file, first, _ in _ranges(online, many) if first == 0)
+    assert read == shards  # every shard's length, once
+    assert len(_ranges(online, many)) == 2 * len(shards)  # and then its header, once
+    assert sum(p.endswith(("/config.json", "/model.safetensors.index.json")) for p, _ in gets) == 2

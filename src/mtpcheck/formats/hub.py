@@ -145,14 +145,33 @@ class _Client:
     def __init__(self, ref: HubRef, endpoint: str, traffic: Traffic) -> None:
         self.ref, self.endpoint, self.traffic = ref, endpoint, traffic
         self.revision = ref.revision or "main"
+        self._urls: dict[tuple[str, str], str] = {}
+        self._headers: dict[str, str] | None = None
 
     def pin(self, commit: str) -> None:
         self.revision = commit
 
     def url(self, filename: str) -> str:
-        from huggingface_hub import hf_hub_url
+        """The file's resolve URL at the client's revision (worked out once a file: each
+        shard is asked for twice)."""
+        key = (filename, self.revision)
+        found = self._urls.get(key)
+        if found is None:
+            from huggingface_hub import hf_hub_url
 
-        return hf_hub_url(self.ref.repo, filename, revision=self.revision, endpoint=self.endpoint)
+            found = self._urls[key] = hf_hub_url(
+                self.ref.repo, filename, revision=self.revision, endpoint=self.endpoint
+            )
+        return found
+
+    def hf_headers(self) -> dict[str, str]:
+        """huggingface_hub's headers (user agent, token), built once: building them reads the
+        token from the environment or its file, each of ~330 requests would again."""
+        if self._headers is None:
+            from huggingface_hub.utils import build_hf_headers
+
+            self._headers = build_hf_headers()
+        return self._headers
 
     def download(self, filename: str) -> Path:
         """A small file through huggingface_hub's cache (config.json, the index)."""
@@ -173,12 +192,12 @@ class _Client:
 
     def get(self, url: str, headers: dict[str, str]) -> Any:
         """GET with retries and back-off on time-outs, network errors, 429 and 5xx."""
-        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+        from huggingface_hub.utils import hf_raise_for_status, http_backoff
 
         response = http_backoff(
             "GET",
             url,
-            headers={**build_hf_headers(), **headers},
+            headers={**self.hf_headers(), **headers},
             max_retries=RETRIES,
             base_wait_time=BACKOFF_S,
             max_wait_time=8 * BACKOFF_S,
