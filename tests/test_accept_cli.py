@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mtpcheck.accept.workloads import load_tokenizer, parse_spec, read_records, tokenise
+from mtpcheck.accept.options import parse_spec
+from mtpcheck.accept.workloads import load_tokenizer, read_records, tokenise
 from mtpcheck.errors import InputError
 from mtpcheck.report.json_ import SCHEMA_VERSION
 from tests.conftest import FIXTURES

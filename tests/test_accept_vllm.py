@@ -23,7 +23,8 @@ from safetensors.torch import load_file, save_file
 
 from mtpcheck.accept.engine_runner import _passes
 from mtpcheck.accept.metrics import paired_ratio_difference
-from mtpcheck.accept.vllm_engine import EngineRequest, parse_vllm_arg
+from mtpcheck.accept.options import parse_vllm_arg
+from mtpcheck.accept.vllm_engine import EngineRequest
 from tests.conftest import FIXTURES
 from tests.test_readme import _report_example, _shape
 from tests.thirdparty.tools import REQUIRE, VLLM_VENV

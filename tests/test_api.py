@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import mtpcheck
-from mtpcheck import extras
+from mtpcheck import CheckName, extras
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model.modes import DraftRule, OnlineEngine
 from mtpcheck.report import renderer
@@ -69,7 +69,7 @@ def test_diff_names_the_flipped_tensor(flipped: Path) -> None:
     report = mtpcheck.diff(DS, flipped)
     assert not report.ok
     ((check, subject, message),) = _failing(report)
-    assert (check, subject) == ("tensors", PROJECTION)
+    assert (check, subject) == (CheckName.TENSORS, PROJECTION)
     assert message.startswith("bits differ in 1 of 512 elements, first at index [1, 5]")
     assert mtpcheck.diff(DS, DS).ok
 
@@ -102,8 +102,8 @@ def test_a_missing_extra_raises_missing_extra(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_accept_needs_a_checkpoint_or_a_server() -> None:
-    with pytest.raises(ValueError, match="needs a checkpoint"):
-        mtpcheck.api.accept(None, {"chat": Path("chat.jsonl")})
+    with pytest.raises(mtpcheck.api.UsageError, match=r"Missing argument 'CKPT'"):
+        mtpcheck.api.accept(None, (("chat", Path("chat.jsonl")),))
 
 
 def test_modes_are_their_words() -> None:
@@ -152,7 +152,9 @@ def test_roundtrip_through_the_api_keeps_the_mtp_layers(tmp_path: Path) -> None:
 
     report = assert_roundtrip(FIXTURES / "glm4_moe", workdir=tmp_path)
     assert report.command == "roundtrip"
-    assert {"stage1-tensors", "roundtrip-tensors"} <= {c.name for c in report.checks}
+    assert {CheckName.STAGE1_TENSORS, CheckName.ROUNDTRIP_TENSORS} <= {
+        c.name for c in report.checks
+    }
     assert list(tmp_path.iterdir()) == []  # the temporary checkpoints are gone
 
 
@@ -176,7 +178,7 @@ def test_roundtrip_through_a_converter_that_drops_mtp(tmp_path: Path) -> None:
 def test_accept_through_the_api_matches_the_cli(run_cli: Callable[..., Run]) -> None:
     ckpt = FIXTURES / "accept_deepseek_v3"
     workload = ckpt / "workloads" / "in_domain.jsonl"
-    report = mtpcheck.api.accept(ckpt, {"in": workload}, max_tokens=32)
+    report = mtpcheck.api.accept(ckpt, (("in", workload),), max_tokens=32)
     run = run_cli(
         "accept", ckpt, "--workload", f"in={workload}", "--max-tokens", "32", "--format", "json"
     )
@@ -192,3 +194,14 @@ def test_the_api_page_says_what_each_status_means() -> None:
     page = (ROOT / "docs" / "api.md").read_text()
     rows = re.findall(r"^\| `([A-Z]+)` \| ", page, flags=re.MULTILINE)
     assert rows == [s.name for s in mtpcheck.Status]
+
+
+def test_convert_through_the_api_and_back(tmp_path: Path) -> None:
+    """The built-in converters as functions, the CLI's ``convert`` commands go through them."""
+    megatron = mtpcheck.api.convert_hf_to_megatron(FIXTURES / "mimo", tmp_path / "meg")
+    assert megatron.path == tmp_path / "meg" / "release" and megatron.files > 0
+    back = mtpcheck.api.convert_megatron_to_hf(
+        megatron.path.parent, tmp_path / "hf", hf_config=FIXTURES / "mimo"
+    )
+    assert back.path == tmp_path / "hf" and back.nbytes > 0
+    assert mtpcheck.diff(FIXTURES / "mimo", back.path, all_tensors=True).ok

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from mtpcheck.errors import InputError
 from mtpcheck.mapping import as_megatron
 from mtpcheck.pipeline import distributed
+from mtpcheck.pipeline.options import RoundtripOptions
 from mtpcheck.pipeline.roundtrip import Conversions, check, convert, open_outputs
-from mtpcheck.pipeline.stages import RoundtripOptions
 from mtpcheck.units import human_size
 from tests.conftest import FIXTURES, Run
 from tests.launch import torchrun
@@ -88,8 +89,8 @@ def test_clean_round_trip_on_two_ranks(run_cli: Callable[..., Run], tmp_path: Pa
     assert one.exit_code == 0, one
     report = json.loads(one.stdout)
     checks = _checks(report)
-    assert checks.pop("source-shared-copies") == "skip"  # MiMo stores no copies
-    assert checks.pop("source-serving") == "skip"  # no engine reads MiMo's config oddly
+    assert checks.pop(CheckName.SOURCE_SHARED_COPIES) == "skip"  # MiMo stores no copies
+    assert checks.pop(CheckName.SOURCE_SERVING) == "skip"  # no engine reads MiMo's config oddly
     assert set(checks.values()) == {"pass"} and len(checks) == 16
     assert {t["status"] for t in report["tensors"]} == {"equal"}
 
@@ -102,7 +103,7 @@ def test_stage_2_damage_on_two_ranks(run_cli: Callable[..., Run], tmp_path: Path
     one = _same_as_one_process(run_cli, work, FIXTURES / "mimo", "--all", "--to-hf", to_hf)
     assert one.exit_code == 1, one
     report = json.loads(one.stdout)
-    assert _checks(report)["stage1-tensors"] == "pass"
+    assert _checks(report)[CheckName.STAGE1_TENSORS] == "pass"
     (bad,) = [t for t in report["tensors"] if t["status"] != "equal"]
     assert bad["name"] == "model.mtp_layers.0.input_proj.weight"
     # rank 0 ran the converter (the last run) as a single process would: no torchrun variables
@@ -235,5 +236,7 @@ def test_a_damaged_source_on_two_ranks_is_reported_and_not_converted(
     one = _same_as_one_process(run_cli, tmp_path / "work", damaged)
     assert one.exit_code == 1, one
     checks = _checks(json.loads(one.stdout))
-    assert checks["source-integrity"] == "fail" and checks["stage1-convert"] == "skip"
+    assert (
+        checks[CheckName.SOURCE_INTEGRITY] == "fail" and checks[CheckName.STAGE1_CONVERT] == "skip"
+    )
     assert not any(name.startswith(("stage2", "roundtrip", "final")) for name in checks)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from mtpcheck import CheckName
 from tests.conftest import FIXTURES, Run
 
 DAMAGING = f"{sys.executable} {Path(__file__).parent / 'converters' / 'damaging.py'}"
@@ -48,29 +49,36 @@ def test_builtin_round_trip_is_bit_exact(run_cli, tmp_path: Path, family: str) -
     assert run.exit_code == 0, run
     report = _report(run)
     assert _statuses(report) == {
-        "source-integrity": "pass",
-        "source-family": "pass",
-        "source-mtp-count": "pass",
-        "source-mtp-layers": "pass",
-        "source-mtp-shapes": "pass",
-        "source-shared-copies": "skip" if family == "mimo" else "pass",  # mimo stores no copies
-        "source-mtp-trained": "pass",
-        "source-serving": {"deepseek_v3": "warn", "glm4_moe": "info", "mimo": "skip"}[family],
-        "source-main-model": "pass",
-        "source-mcore-model": "pass",
-        "stage1-convert": "pass",
-        "stage1-mtp-count": "pass",
-        "stage1-tensors": "pass",
-        "stage2-convert": "pass",
-        "config": "pass",
-        "roundtrip-tensors": "pass",
-        "final-main-model": "pass",
-        "final-mtp-count": "pass",
+        CheckName.SOURCE_INTEGRITY: "pass",
+        CheckName.SOURCE_FAMILY: "pass",
+        CheckName.SOURCE_MTP_COUNT: "pass",
+        CheckName.SOURCE_MTP_LAYERS: "pass",
+        CheckName.SOURCE_MTP_SHAPES: "pass",
+        CheckName.SOURCE_SHARED_COPIES: "skip"
+        if family == "mimo"
+        else "pass",  # mimo stores no copies
+        CheckName.SOURCE_MTP_TRAINED: "pass",
+        CheckName.SOURCE_SERVING: {"deepseek_v3": "warn", "glm4_moe": "info", "mimo": "skip"}[
+            family
+        ],
+        CheckName.SOURCE_MAIN_MODEL: "pass",
+        CheckName.SOURCE_MCORE_MODEL: "pass",
+        CheckName.STAGE1_CONVERT: "pass",
+        CheckName.STAGE1_MTP_COUNT: "pass",
+        CheckName.STAGE1_TENSORS: "pass",
+        CheckName.STAGE2_CONVERT: "pass",
+        CheckName.CONFIG: "pass",
+        CheckName.ROUNDTRIP_TENSORS: "pass",
+        CheckName.FINAL_MAIN_MODEL: "pass",
+        CheckName.FINAL_MTP_COUNT: "pass",
     }
     assert {t["status"] for t in report["tensors"]} == {"equal"}
     heads = {c["name"]: c["findings"][0]["details"] for c in report["checks"]}
-    assert heads["stage1-convert"]["seconds"] > 0 and heads["stage2-convert"]["seconds"] > 0
-    assert heads["roundtrip-tensors"]["bytes_compared"] == sum(
+    assert (
+        heads[CheckName.STAGE1_CONVERT]["seconds"] > 0
+        and heads[CheckName.STAGE2_CONVERT]["seconds"] > 0
+    )
+    assert heads[CheckName.ROUNDTRIP_TENSORS]["bytes_compared"] == sum(
         t["nbytes"] for t in report["tensors"]
     )
     assert len(report["tensors"]) == len(report["inputs"][0]["mtp_layers"][0]["tensors"]) + (
@@ -92,12 +100,12 @@ def test_converter_dropping_mtp_at_stage_1(run_cli, tmp_path: Path) -> None:
     )
     assert run.exit_code == 1, run
     report = _report(run)
-    stage1 = dict(_failing(report, "stage1-tensors"))
+    stage1 = dict(_failing(report, CheckName.STAGE1_TENSORS))
     assert stage1["mtp.layers.0.eh_proj.weight"].startswith(
         "stage 1 (HF -> Megatron): missing in Megatron output (was BF16[16, 32]) "
         "[from model.layers.2.eh_proj.weight]"
     )
-    final = dict(_failing(report, "roundtrip-tensors"))
+    final = dict(_failing(report, CheckName.ROUNDTRIP_TENSORS))
     assert final["model.layers.2.eh_proj.weight"] == (
         "stage 1 (HF -> Megatron) (as mtp.layers.0.eh_proj.weight): missing in final "
         "(was BF16[16, 32])"
@@ -120,8 +128,8 @@ def test_converter_forgetting_the_mimo_swap_at_stage_2(run_cli, tmp_path: Path) 
     )
     assert run.exit_code == 1, run
     report = _report(run)
-    assert _statuses(report)["stage1-tensors"] == "pass"
-    ((subject, message),) = _failing(report, "roundtrip-tensors")
+    assert _statuses(report)[CheckName.STAGE1_TENSORS] == "pass"
+    ((subject, message),) = _failing(report, CheckName.ROUNDTRIP_TENSORS)
     assert subject == "model.mtp_layers.0.input_proj.weight"
     assert message.startswith(
         "stage 2 (Megatron -> HF) (as mtp.layers.0.eh_proj.weight): bits differ in 512 of "
@@ -142,15 +150,19 @@ def test_converter_changing_dtype_at_stage_1(run_cli, tmp_path: Path) -> None:
     )
     assert run.exit_code == 0, run  # every value kept: warned, not failed
     report = _report(run)
-    assert _warning(report, "stage1-tensors") == [
+    assert _warning(report, CheckName.STAGE1_TENSORS) == [
         (
             "mtp.layers.0.eh_proj.weight",
             f"stage 1 (HF -> Megatron): dtype changed BF16 -> F32{KEPT} "
             "[from model.layers.2.eh_proj.weight]",
         )
     ]
-    assert _failing(report, "stage1-tensors") == _failing(report, "roundtrip-tensors") == []
-    assert _warning(report, "roundtrip-tensors") == [
+    assert (
+        _failing(report, CheckName.STAGE1_TENSORS)
+        == _failing(report, CheckName.ROUNDTRIP_TENSORS)
+        == []
+    )
+    assert _warning(report, CheckName.ROUNDTRIP_TENSORS) == [
         (
             "model.layers.2.eh_proj.weight",
             "stage 1 (HF -> Megatron) (as mtp.layers.0.eh_proj.weight): dtype changed BF16 -> "
@@ -173,8 +185,8 @@ def test_converter_dropping_the_count_key_at_stage_2(run_cli, tmp_path: Path) ->
     )
     assert run.exit_code == 1, run
     report = _report(run)
-    assert _failing(report, "config") == [("num_nextn_predict_layers", "1 -> (absent)")]
-    assert _statuses(report)["roundtrip-tensors"] == "pass"
+    assert _failing(report, CheckName.CONFIG) == [("num_nextn_predict_layers", "1 -> (absent)")]
+    assert _statuses(report)[CheckName.ROUNDTRIP_TENSORS] == "pass"
 
 
 @pytest.mark.parametrize(
@@ -203,7 +215,7 @@ def test_failing_converters_are_findings(run_cli, tmp_path: Path, mode, extra, m
         *extra,
     )
     assert run.exit_code == 1, run
-    ((subject, text),) = _failing(_report(run), "stage1-convert")
+    ((subject, text),) = _failing(_report(run), CheckName.STAGE1_CONVERT)
     assert subject == "stage 1 (HF -> Megatron)" and text.startswith(message)
     assert list(tmp_path.iterdir()) == []
 
@@ -317,6 +329,7 @@ def test_intermediates_skip_fsync_but_conversions_do_not(
 def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
     """Opening a Megatron checkpoint unpickles its metadata: the round trip does it once."""
     from mtpcheck.pipeline import roundtrip, stages
+    from mtpcheck.pipeline.options import RoundtripOptions
 
     opened: list[str] = []
     real_open = roundtrip.open_checkpoint
@@ -327,7 +340,7 @@ def test_each_checkpoint_is_opened_once(tmp_path: Path, monkeypatch) -> None:
 
     for module in (roundtrip, stages):  # the source is opened by one, the outputs by the other
         monkeypatch.setattr(module, "open_checkpoint", counting)
-    opts = stages.RoundtripOptions(FIXTURES / "mimo", workdir=tmp_path)
+    opts = RoundtripOptions(FIXTURES / "mimo", workdir=tmp_path)
     report = roundtrip.run_roundtrip(opts, lambda line: None)
     assert report.ok
     assert opened == ["mimo", "megatron", "hf"]

@@ -18,36 +18,50 @@ Heavy modules (torch, transformers) are imported only by the function that needs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
+from inspect import signature
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ParamSpec, TypeVar
 
+from mtpcheck.accept.options import AcceptOptions, ServerOptions
+from mtpcheck.checks.options import DiffOptions, InspectOptions
+from mtpcheck.declared import Options, UsageError
 from mtpcheck.extras import require
-from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report
-from mtpcheck.model.modes import DraftRule, OnlineEngine
-
-if TYPE_CHECKING:
-    from mtpcheck.accept.options import AcceptOptions, ServerOptions
-    from mtpcheck.accept.vllm_engine import VllmSettings
+from mtpcheck.pipeline.options import HfToMegatronOptions, MegatronToHfOptions, RoundtripOptions
 
 Log = Callable[[str], None]
 """Where progress lines go (one line a call); the default drops them."""
 
+P = ParamSpec("P")
+OptionsT = TypeVar("OptionsT", bound=Options)
+R = TypeVar("R")
 
-def _silent(_line: str) -> None:
-    """The default log: progress is dropped."""
+
+def taking(
+    options: Callable[P, OptionsT], run: Callable[[OptionsT], R], name: str
+) -> Callable[P, R]:
+    """The command ``run`` with ``options``' fields as its parameters: it builds the options
+    dataclass from them and runs. Its signature, for a type checker and for ``help()``, is the
+    dataclass's own, so each option is declared once; ``run`` validates what it is given
+    (:class:`~mtpcheck.declared.UsageError` for what the CLI refuses)."""
+
+    def command(*args: P.args, **kwargs: P.kwargs) -> R:
+        return run(options(*args, **kwargs))
+
+    command.__name__ = command.__qualname__ = name
+    fields_of = getattr(options, "__name__", "its options")
+    command.__doc__ = f"{run.__doc__}\n\n    Its parameters are :class:`{fields_of}`'s fields."
+    command.__module__ = run.__module__
+    returns = signature(run).return_annotation
+    command.__signature__ = signature(options).replace(  # type: ignore[attr-defined]
+        return_annotation=returns
+    )
+    return command
 
 
-def inspect(
-    path: str | Path,
-    *,
-    draft: str | Path | None = None,
-    target: str | Path | None = None,
-    fetch: bool = False,
-    trust_pickle: bool = False,
-    log: Log = _silent,
-) -> Report:
+def inspect_with(options: InspectOptions) -> Report:
     """Audit one checkpoint (``mtpcheck inspect``): MTP family, declared count, layers
     present, shared copies; or a drafter that ships beside its target, against its own config
     and, with ``target``, against that target (its kind, taps, vocabulary maps, widths,
@@ -61,29 +75,25 @@ def inspect(
     you vouch for). Raises :class:`~mtpcheck.errors.PathError` for an input that cannot be
     read.
     """
+    options.validate()
     from mtpcheck.checks.inspect_checks import inspect_report
     from mtpcheck.formats import open_input
     from mtpcheck.formats.tokenizer import token_table
 
-    side = None if draft is None else str(draft)
-    ckpt = open_input(str(path), trust_pickle, fetch, log, draft=side)
-    if target is None:
+    o = options
+    path, draft = str(o.path), None if o.draft is None else str(o.draft)
+    ckpt = open_input(path, o.trust_pickle, o.fetch, o.log, draft=draft)
+    if o.target is None:
         return inspect_report(ckpt)
-    paired = open_input(str(target), trust_pickle, fetch, log)
-    return inspect_report(ckpt, paired, (token_table(str(path)), token_table(str(target))))
+    target = str(o.target)
+    paired = open_input(target, o.trust_pickle, o.fetch, o.log)
+    return inspect_report(ckpt, paired, (token_table(path), token_table(target)))
 
 
-def diff(
-    a: str | Path,
-    b: str | Path,
-    *,
-    all_tensors: bool = False,
-    dequantize: bool = False,
-    fetch: bool = False,
-    trust_pickle: bool = False,
-    megatron_layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
-    log: Log = _silent,
-) -> Report:
+inspect = taking(InspectOptions, inspect_with, "inspect")
+
+
+def diff_with(options: DiffOptions) -> Report:
     """Compare ``b`` against ``a`` (``mtpcheck diff``): config keys, then the MTP tensors bit
     for bit (every tensor with ``all_tensors``).
 
@@ -92,6 +102,7 @@ def diff(
     other side's values; ``megatron_layout`` says whose modules a Megatron side was saved from.
     Raises :class:`~mtpcheck.errors.PathError` for an input that cannot be read.
     """
+    options.validate()
     from mtpcheck.checks.diff_checks import diff_report
     from mtpcheck.checks.drafter_report import extraction_diff
     from mtpcheck.checks.header_match import comparer_for
@@ -99,157 +110,122 @@ def diff(
     from mtpcheck.formats import open_input
     from mtpcheck.pipeline.progress import with_progress
 
-    left = open_input(str(a), trust_pickle, fetch, log)
-    right = open_input(str(b), trust_pickle, fetch, log)
-    compare = comparer_for(left, right, with_progress(compare_many, "comparing", log))
+    o = options
+    left = open_input(str(o.a), o.trust_pickle, o.fetch, o.log)
+    right = open_input(str(o.b), o.trust_pickle, o.fetch, o.log)
+    compare = comparer_for(left, right, with_progress(compare_many, "comparing", o.log))
     extracted = extraction_diff(left, right, compare)
     if extracted is not None:
         return extracted
     return diff_report(
         left,
         right,
-        all_tensors=all_tensors,
+        all_tensors=o.all_tensors,
         compare=compare,
-        dequantize=dequantize,
-        layout=megatron_layout,
+        dequantize=o.dequantize,
+        layout=o.megatron_layout,
     )
 
 
-def roundtrip(
-    path: str | Path,
-    *,
-    to_megatron: str | None = None,
-    to_hf: str | None = None,
-    to_drafter: str | None = None,
-    from_drafter: str | None = None,
-    workdir: Path | None = None,
-    keep: bool = False,
-    timeout: float | None = None,
-    all_tensors: bool = False,
-    synthetic: bool = False,
-    trust_pickle: bool = False,
-    megatron_layout: MegatronLayout = MegatronLayout.MEGATRON_CORE,
-    log: Log = _silent,
-) -> Report:
+diff = taking(DiffOptions, diff_with, "diff")
+
+
+def roundtrip_with(options: RoundtripOptions) -> Report:
     """HF -> Megatron -> HF through checkpoints on disk (``mtpcheck roundtrip``); the MTP
     layers must survive bit for bit.
 
     ``to_megatron`` / ``to_hf``: your converter commands with ``{src}`` and ``{dst}`` (default:
     the built-in converters); ``timeout`` in seconds per command; ``synthetic`` round-trips a
-    tiny random checkpoint built from ``path``'s config.json. ``to_drafter`` / ``from_drafter``
-    instead take the MTP layer out into a drafter format (``{src}``, ``{dst}``) and write it
-    back (``{src}``, ``{drafter}``, ``{dst}``), such as speculators' ``convert --algorithm
-    mtp`` and ``stitch-mtp``; they need no ``convert`` extra. Raises
-    :class:`~mtpcheck.extras.MissingExtra` without the ``convert`` extra, :class:`ValueError`
-    for a converter command without its placeholders or options that do not go together.
+    tiny random checkpoint built from ``source``'s config.json. ``to_drafter`` /
+    ``from_drafter`` instead take the MTP layer out into a drafter format (``{src}``,
+    ``{dst}``) and write it back (``{src}``, ``{drafter}``, ``{dst}``), such as speculators'
+    ``convert --algorithm mtp`` and ``stitch-mtp``; they need no ``convert`` extra. Raises
+    :class:`~mtpcheck.extras.MissingExtra` without the ``convert`` extra.
     """
-    from mtpcheck.pipeline.converter_command import validate_template
-    from mtpcheck.pipeline.stages import RoundtripOptions
-
-    via_drafter = to_drafter is not None or from_drafter is not None
-    if via_drafter:
-        from mtpcheck.pipeline.drafter_roundtrip import validate_options
-
-        validate_options(to_drafter, from_drafter, to_megatron, to_hf, synthetic)
-    else:
-        require("convert", "roundtrip")
-    for template in (to_megatron, to_hf, to_drafter):
-        if template is not None:
-            validate_template(template)
-    options = RoundtripOptions(
-        source=Path(path),
-        to_megatron=to_megatron,
-        to_hf=to_hf,
-        to_drafter=to_drafter,
-        from_drafter=from_drafter,
-        workdir=workdir,
-        keep=keep,
-        timeout=timeout,
-        all_tensors=all_tensors,
-        synthetic=synthetic,
-        trust_pickle=trust_pickle,
-        megatron_layout=megatron_layout,
-    )
-    if via_drafter:
+    options.validate()
+    if options.via_drafter:
         from mtpcheck.pipeline.drafter_roundtrip import run_drafter_roundtrip
 
-        return run_drafter_roundtrip(options, log=log)
+        return run_drafter_roundtrip(options, log=options.log)
+    # the main model's check reads Megatron names through megatron-core's config, with torch
+    require("convert", "roundtrip")
     from mtpcheck.pipeline.roundtrip import run_roundtrip
 
-    return run_roundtrip(options, log=log)
+    return run_roundtrip(options, log=options.log)
 
 
-def accept(
-    ckpt: str | Path | None,
-    workloads: Mapping[str, str | Path] | Sequence[tuple[str, str | Path]],
-    *,
-    compare: Path | None = None,
-    temperature: float = 1.0,
-    device: str = "cpu",
-    device_map: str | None = None,
-    dtype: str = "auto",
-    max_tokens: int = 512,
-    tokenizer: Path | None = None,
-    min_acceptance: float | None = None,
-    trust_pickle: bool = False,
-    online: bool = False,
-    prompt_tokens: int = 9,
-    new_tokens: int = 40,
-    online_engine: OnlineEngine = OnlineEngine.MTPCHECK,
-    depths: int | None = None,
-    draft_rule: DraftRule = DraftRule.ENGINE,
-    chain: str | None = None,
-    engine: str | None = None,
-    vllm: VllmSettings | None = None,
-    teacher_forced: bool = False,
-    server: ServerOptions | None = None,
-    plot: Path | None = None,
-    log: Log = _silent,
-    drafter: Path | None = None,
-) -> Report:
+roundtrip = taking(RoundtripOptions, roundtrip_with, "roundtrip")
+
+
+def accept_with(options: AcceptOptions) -> Report:
     """MTP acceptance per workload (``mtpcheck accept``): does the drafter earn its keep?
 
-    ``workloads``: name -> JSONL or text file. The keywords are the CLI's options of the same
-    names (docs/commands/accept.md); ``server`` measures on a running server instead, where
-    ``ckpt`` may be None. ``drafter`` (with ``engine="vllm"``): vLLM drafts with that
-    separate drafter folder instead of the checkpoint's MTP layers. ``plot`` also writes a PNG
-    chart. Raises
+    ``workloads``: (name, JSONL or text file) pairs. The keywords are the CLI's options of the
+    same names (docs/commands/accept.md); ``server_url`` measures on a running server instead,
+    where ``checkpoint`` may be None. ``drafter`` (with ``engine="vllm"``): vLLM drafts with
+    that separate drafter folder instead of the checkpoint's MTP layers. ``plot`` also writes
+    a PNG chart. Raises
     :class:`~mtpcheck.errors.DamagedInput` for a checkpoint whose main model is not whole,
     :class:`~mtpcheck.errors.PathError` for an unreadable input,
     :class:`~mtpcheck.extras.MissingExtra` without the ``accept`` (``plot``) extra.
     """
-    from mtpcheck.accept.options import AcceptOptions
-    from mtpcheck.accept.vllm_engine import VllmSettings
-
-    named = workloads.items() if isinstance(workloads, Mapping) else workloads
-    options = AcceptOptions(
-        checkpoint=None if ckpt is None else Path(ckpt),
-        workloads=tuple((name, Path(file)) for name, file in named),
-        compare=compare,
-        temperature=temperature,
-        device=device,
-        device_map=device_map,
-        dtype=dtype,
-        max_tokens=max_tokens,
-        tokenizer=tokenizer,
-        min_acceptance=min_acceptance,
-        trust_pickle=trust_pickle,
-        online=online,
-        prompt_tokens=prompt_tokens,
-        new_tokens=new_tokens,
-        online_engine=OnlineEngine(online_engine),
-        depths=depths,
-        draft_rule=DraftRule(draft_rule),
-        chain=chain,
-        engine=engine,
-        vllm=vllm or VllmSettings(),
-        teacher_forced=teacher_forced,
-        server=server,
-        drafter=None if drafter is None else Path(drafter),
-    )
+    options.validate()
     if options.server is not None:
-        return _on_server(options, options.server, log)
-    return _offline(options, plot, log)
+        return _on_server(options, options.server, options.log)
+    return _offline(options, options.plot, options.log)
+
+
+accept = taking(AcceptOptions, accept_with, "accept")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a built-in conversion wrote."""
+
+    path: Path
+    """The checkpoint folder written."""
+    files: int
+    nbytes: int
+
+
+def convert_hf_to_megatron_with(options: HfToMegatronOptions) -> Written:
+    """Write ``src`` (HF safetensors) as a Megatron-LM torch_dist checkpoint at ``dst``
+    (``mtpcheck convert hf-to-megatron``). The source must pass ``inspect`` first
+    (:class:`~mtpcheck.errors.DamagedInput` naming its first failing finding); nothing is left
+    at ``dst`` when the conversion fails or stops."""
+    options.validate()
+    require("convert", "convert hf-to-megatron")
+    from mtpcheck.model import total_nbytes
+    from mtpcheck.pipeline.gated_convert import hf_to_megatron
+
+    written, hf = hf_to_megatron(options.src, options.dst, options.log)
+    return Written(written, len(hf.tensors), total_nbytes(hf.tensors))
+
+
+convert_hf_to_megatron = taking(
+    HfToMegatronOptions, convert_hf_to_megatron_with, "convert_hf_to_megatron"
+)
+
+
+def convert_megatron_to_hf_with(options: MegatronToHfOptions) -> Written:
+    """Write ``src`` (Megatron torch_dist or legacy) as HF sharded safetensors at ``dst``
+    (``mtpcheck convert megatron-to-hf``). The source must pass ``inspect``, and the HF
+    checkpoint it maps to must hold the MTP layers ``hf_config`` declares
+    (:class:`~mtpcheck.errors.DamagedInput`); nothing is left at ``dst`` when it fails."""
+    options.validate()
+    require("convert", "convert megatron-to-hf")
+    from mtpcheck.formats.config_json import read_config
+    from mtpcheck.pipeline.gated_convert import megatron_to_hf
+
+    o = options
+    config = read_config(o.config_file)
+    files = megatron_to_hf(o.src, o.dst, config, o.copies, o.trust_pickle, o.log)
+    return Written(o.dst, len(files), sum(f.stat().st_size for f in files))
+
+
+convert_megatron_to_hf = taking(
+    MegatronToHfOptions, convert_megatron_to_hf_with, "convert_megatron_to_hf"
+)
 
 
 def _whole_checkpoints(options: AcceptOptions, checkpoints: list[Path]) -> None:
@@ -268,8 +244,7 @@ def _offline(options: AcceptOptions, plot: Path | None, log: Log) -> Report:
     require("accept", "accept on a checkpoint")
     if plot is not None:
         require("plot", "accept --plot")
-    if options.checkpoint is None:
-        raise ValueError("accept needs a checkpoint unless it measures on a server")
+    assert options.checkpoint is not None  # AcceptOptions.validate refuses it otherwise
     checkpoints = [options.checkpoint]
     if options.compare is not None:
         checkpoints.append(options.compare)
@@ -295,4 +270,27 @@ def _on_server(options: AcceptOptions, server: ServerOptions, log: Log) -> Repor
     return run_server_accept(options, server, log)
 
 
-__all__ = ["Log", "accept", "diff", "inspect", "roundtrip"]
+__all__ = [
+    "AcceptOptions",
+    "accept_with",
+    "convert_hf_to_megatron_with",
+    "convert_megatron_to_hf_with",
+    "diff_with",
+    "inspect_with",
+    "roundtrip_with",
+    "DiffOptions",
+    "HfToMegatronOptions",
+    "InspectOptions",
+    "Log",
+    "MegatronToHfOptions",
+    "RoundtripOptions",
+    "ServerOptions",
+    "UsageError",
+    "Written",
+    "accept",
+    "convert_hf_to_megatron",
+    "convert_megatron_to_hf",
+    "diff",
+    "inspect",
+    "roundtrip",
+]

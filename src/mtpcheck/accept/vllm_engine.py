@@ -19,36 +19,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtpcheck.accept.options import VllmSettings
 from mtpcheck.errors import InputError, MtpcheckError
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
-
-
-@dataclass(frozen=True)
-class VllmSettings:
-    """How the engine is started, beyond the checkpoint and the prompts."""
-
-    python: str = sys.executable
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    executor: str | None = None
-    """vLLM's ``distributed_executor_backend`` (``mp`` or ``ray``; vLLM's default if None)."""
-    dtype: str = "auto"
-    extra: tuple[tuple[str, Any], ...] = ()
-    """Further ``vllm.LLM`` keyword arguments (``--vllm-arg KEY=VALUE``)."""
-    log: Path | None = None
-    """Where vLLM's own log goes (``--engine-log``); discarded if None."""
-
-    @property
-    def parallel(self) -> str:
-        """How vLLM is spread, e.g. ``tp=8 pp=2``."""
-        return f"tp={self.tensor_parallel_size} pp={self.pipeline_parallel_size}"
 
 
 @dataclass(frozen=True)
@@ -92,18 +71,6 @@ class EngineRun:
     accepted_tokens: int
     accepted_per_position: tuple[int, ...]
     """Per position 1..k: steps whose first i drafts were all accepted."""
-
-
-def parse_vllm_arg(spec: str) -> tuple[str, Any]:
-    """``KEY=VALUE``; VALUE is read as JSON where it parses (``67108864``, ``true``,
-    ``{"a": 1}``), else kept as a string."""
-    key, sep, value = spec.partition("=")
-    if not sep or not key.isidentifier():
-        raise ValueError(f"{spec!r}: expected KEY=VALUE with KEY a vllm.LLM argument name")
-    try:
-        return key, json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
 
 
 def _language_model_only(config: dict[str, Any]) -> bool:

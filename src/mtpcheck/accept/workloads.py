@@ -20,7 +20,6 @@ from typing import Any
 from mtpcheck.errors import InputError, raised_by_us
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 @dataclass(frozen=True)
@@ -30,16 +29,6 @@ class Workload:
     name: str
     path: str
     sequences: tuple[tuple[int, ...], ...]
-
-
-def parse_spec(spec: str) -> tuple[str, Path]:
-    """``NAME=PATH`` -> (name, path); raises ValueError with a readable reason."""
-    name, sep, path = spec.partition("=")
-    if not sep or not name or not path:
-        raise ValueError(f"{spec!r} is not NAME=PATH")
-    if not _NAME.match(name):
-        raise ValueError(f"workload name {name!r} may use only letters, digits, '_', '.', '-'")
-    return name, Path(path)
 
 
 def _messages(value: Any, path: Path, line: int) -> list[dict[str, str]]:

@@ -28,13 +28,6 @@ class CommandResult:
     seconds: float
 
 
-def validate_template(template: str, placeholders: tuple[str, ...] = ("{src}", "{dst}")) -> None:
-    """A converter template must name each of its ``placeholders`` (``{src}`` and ``{dst}``)."""
-    missing = [p for p in placeholders if p not in template]
-    if missing:
-        raise ValueError(f"converter command {template!r} lacks {' and '.join(missing)}")
-
-
 def _tail(data: bytes) -> str:
     """The last lines of a converter's output, each cut to a readable length (a library may
     print a whole config object on one line)."""

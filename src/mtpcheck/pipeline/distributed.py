@@ -37,10 +37,11 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.errors import ConfigError, ExitCode, HeaderError, InputError, MtpcheckError
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.model import Checkpoint, Report, TensorComparison
+from mtpcheck.pipeline.options import RoundtripOptions
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import runs_of_bytes
 from mtpcheck.pipeline.roundtrip import Conversions, Opened, check, convert, open_outputs
-from mtpcheck.pipeline.stages import RoundtripOptions, make_workdir, release_workdir
+from mtpcheck.pipeline.stages import make_workdir, release_workdir
 from mtpcheck.settings import DIST_TIMEOUT
 from mtpcheck.ticker import Ticker
 

@@ -21,50 +21,18 @@ from mtpcheck.checks.tensor_match import compare_many
 from mtpcheck.families import analyse
 from mtpcheck.families.drafters import recognise
 from mtpcheck.formats import open_checkpoint
-from mtpcheck.model import CheckResult, Finding, Report, Status
-from mtpcheck.pipeline.converter_command import CommandResult, run_command, validate_template
+from mtpcheck.model import CheckName, CheckResult, Finding, Report, Status
+from mtpcheck.pipeline.converter_command import CommandResult, run_command
+from mtpcheck.pipeline.options import DRAFTER_PLACEHOLDER, RoundtripOptions
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
 from mtpcheck.pipeline.stages import (
-    RoundtripOptions,
     make_workdir,
     release_workdir,
     stage_check,
     try_open,
     unreadable_check,
 )
-
-DRAFTER_PLACEHOLDER = "{drafter}"
-
-
-def validate_stitch_template(template: str) -> None:
-    """Stage 2's command must name ``{src}`` (the target), ``{drafter}`` and ``{dst}``."""
-    validate_template(template, ("{src}", DRAFTER_PLACEHOLDER, "{dst}"))
-
-
-def validate_options(
-    to_drafter: str | None,
-    from_drafter: str | None,
-    to_megatron: str | None,
-    to_hf: str | None,
-    synthetic: bool,
-) -> None:
-    """The drafter round trip takes both its commands and none of the Megatron trip's
-    (:class:`ValueError` naming the clash; the CLI's usage error, exit 2)."""
-    if to_drafter is None or from_drafter is None:
-        raise ValueError("--to-drafter and --from-drafter go together")
-    clash = [
-        flag
-        for flag, given in (
-            ("--to-megatron", to_megatron is not None),
-            ("--to-hf", to_hf is not None),
-            ("--synthetic", synthetic),
-        )
-        if given
-    ]
-    if clash:
-        raise ValueError(f"--to-drafter / --from-drafter do not go with {clash[0]}")
-    validate_stitch_template(from_drafter)
 
 
 def _converter(
@@ -97,7 +65,7 @@ def _trip(
     compare = with_progress(compare_many, "comparing", log)
     drafter_dir, final_dir = work / "drafter", work / "final"
     first = _converter(out, opts.source, drafter_dir, opts, log, 1)
-    checks.append(stage_check("stage1", "Stage 1: target -> drafter", first, "stage 1"))
+    checks.append(stage_check(CheckName.STAGE1, "Stage 1: target -> drafter", first, "stage 1"))
     drafter, why = try_open(drafter_dir, opts.trust_pickle) if first.ok else (None, None)
     if why is not None:
         checks.append(unreadable_check("stage 1", why))
@@ -108,7 +76,7 @@ def _trip(
         said = kind.display if kind else "no drafter kind mtpcheck knows"
         checks.append(
             CheckResult(
-                "drafter-mtp",
+                CheckName.DRAFTER_MTP,
                 "Drafter against the target's MTP layer",
                 (Finding("stage 1", Status.FAIL, f"stage 1 wrote {said}, not an MTP layer"),),
             )
@@ -119,12 +87,12 @@ def _trip(
     checks.append(extracted)
     stitch = back.replace(DRAFTER_PLACEHOLDER, shlex.quote(str(drafter_dir)))
     second = _converter(stitch, opts.source, final_dir, opts, log, 2)
-    checks.append(stage_check("stage2", "Stage 2: drafter -> target", second, "stage 2"))
+    checks.append(stage_check(CheckName.STAGE2, "Stage 2: drafter -> target", second, "stage 2"))
     final, why = try_open(final_dir, opts.trust_pickle) if second.ok else (None, None)
     if why is not None:
         checks.append(unreadable_check("stage 2", why))
     if final is None:
         return Report("roundtrip", audit.inputs, tuple(checks), tensors=comparisons)
     back_diff = diff_report(source, final, all_tensors=opts.all_tensors, compare=compare)
-    checks += [c for c in back_diff.checks if c.name != "integrity"]
+    checks += [c for c in back_diff.checks if c.name is not CheckName.INTEGRITY]
     return Report("roundtrip", audit.inputs, tuple(checks), tensors=back_diff.tensors)

@@ -32,6 +32,7 @@ from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.formats import open_checkpoint
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import (
+    CheckName,
     Checkpoint,
     CheckResult,
     Finding,
@@ -42,10 +43,10 @@ from mtpcheck.model import (
 from mtpcheck.pipeline.converter_command import CommandResult, run_command
 from mtpcheck.pipeline.main_model import mcore_model_check
 from mtpcheck.pipeline.memory import release_free_memory
+from mtpcheck.pipeline.options import RoundtripOptions
 from mtpcheck.pipeline.output_dir import sigterm_as_interrupt
 from mtpcheck.pipeline.progress import with_progress
 from mtpcheck.pipeline.stages import (
-    RoundtripOptions,
     make_workdir,
     release_workdir,
     stage_check,
@@ -360,7 +361,7 @@ def open_outputs(conversions: Conversions, trust_pickle: bool) -> Opened:
     return Opened(source, output(conversions.stage1), output(conversions.stage2))
 
 
-def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[CheckResult]:
+def _stage_checks(run: StageRun, name: CheckName, title: str, stage: str) -> list[CheckResult]:
     checks = [stage_check(name, title, run.result, stage)]
     if run.result.ok and run.unreadable is not None:
         checks.append(unreadable_check(stage, run.unreadable))
@@ -369,12 +370,14 @@ def _stage_checks(run: StageRun, name: str, title: str, stage: str) -> list[Chec
 
 def _not_converted(audit: tuple[CheckResult, ...]) -> CheckResult:
     """Stage 1 skipped: the source fails its audit (the checks that fail are named)."""
-    failed = ", ".join(c.name for c in audit if c.status is Status.FAIL)
+    failed = ", ".join(c.label for c in audit if c.status is Status.FAIL)
     why = (
         f"not run: the source fails its audit ({failed}); a conversion would carry its defects "
         "through both stages and blame them on the converter"
     )
-    return CheckResult("stage1-convert", "Stage 1: converter", (Finding(STAGE1, Status.SKIP, why),))
+    return CheckResult(
+        CheckName.STAGE1_CONVERT, "Stage 1: converter", (Finding(STAGE1, Status.SKIP, why),)
+    )
 
 
 def check(
@@ -393,13 +396,17 @@ def check(
     if conversions.stage1 is None:
         checks.append(_not_converted(conversions.source_audit))
         return Report("roundtrip", tuple(inputs), tuple(checks))
-    checks += _stage_checks(conversions.stage1, "stage1-convert", "Stage 1: converter", STAGE1)
+    checks += _stage_checks(
+        conversions.stage1, CheckName.STAGE1_CONVERT, "Stage 1: converter", STAGE1
+    )
     if opened.megatron is None or conversions.stage2 is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
     inputs.append(summary_of(opened.megatron))
     first, stage1_results, expected = stage1_checks(opened.source, opened.megatron, compare, layout)
     checks += first
-    checks += _stage_checks(conversions.stage2, "stage2-convert", "Stage 2: converter", STAGE2)
+    checks += _stage_checks(
+        conversions.stage2, CheckName.STAGE2_CONVERT, "Stage 2: converter", STAGE2
+    )
     if opened.final is None:
         return Report("roundtrip", tuple(inputs), tuple(checks))
     inputs.append(summary_of(opened.final))

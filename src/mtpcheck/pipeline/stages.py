@@ -6,38 +6,16 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from mtpcheck.errors import InputError
 from mtpcheck.formats import open_checkpoint
-from mtpcheck.layouts import MegatronLayout
-from mtpcheck.model import Checkpoint, CheckResult, Finding, Status
+from mtpcheck.model import CheckName, Checkpoint, CheckResult, Finding, Status
 from mtpcheck.pipeline.converter_command import CommandResult
+from mtpcheck.pipeline.options import RoundtripOptions
 
 
-@dataclass(frozen=True)
-class RoundtripOptions:
-    """Everything a round trip needs; built by the CLI."""
-
-    source: Path
-    to_megatron: str | None = None
-    to_hf: str | None = None
-    to_drafter: str | None = None
-    """A command taking the target's MTP layer out into a drafter format ({src}, {dst})."""
-    from_drafter: str | None = None
-    """A command writing that drafter back into the target ({src}, {drafter}, {dst})."""
-    workdir: Path | None = None
-    keep: bool = False
-    timeout: float | None = None
-    all_tensors: bool = False
-    synthetic: bool = False
-    trust_pickle: bool = False
-    megatron_layout: MegatronLayout = MegatronLayout.MEGATRON_CORE
-    """Whose modules the converter's Megatron checkpoint is saved from (stage 1's mapping)."""
-
-
-def stage_check(name: str, title: str, result: CommandResult, stage: str) -> CheckResult:
+def stage_check(name: CheckName, title: str, result: CommandResult, stage: str) -> CheckResult:
     """How one conversion stage ended: PASS with its time, or FAIL with the converter's last
     lines."""
     seconds = round(result.seconds, 3)
@@ -53,7 +31,7 @@ def stage_check(name: str, title: str, result: CommandResult, stage: str) -> Che
 def unreadable_check(stage: str, error: str) -> CheckResult:
     """A stage that ended well and left what cannot be opened."""
     finding = Finding(stage, Status.FAIL, f"converter output is unreadable: {error}")
-    return CheckResult("output", f"{stage}: output readable", (finding,))
+    return CheckResult(CheckName.OUTPUT, f"{stage}: output readable", (finding,))
 
 
 def try_open(path: Path, trust_pickle: bool) -> tuple[Checkpoint | None, str | None]:

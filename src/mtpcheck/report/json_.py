@@ -8,11 +8,28 @@ import json
 from typing import Any, TextIO
 
 from mtpcheck import __version__
-from mtpcheck.model import Report
-from mtpcheck.report.sections import SECTIONS
+from mtpcheck.model import CheckName, Report
+from mtpcheck.report.sections import sections_for
 
 SCHEMA_VERSION = 2
 """The ``schema_version`` of every JSON report; raised when a field changes meaning."""
+
+SCHEMA_FILE = "report.schema.json"
+"""The schema's file name in this package (``importlib.resources.files("mtpcheck.report")``)."""
+
+
+def check_name_schema() -> dict[str, Any]:
+    """A check's ``name`` in the schema (its ``$defs/check_name``), generated from the registry
+    of check names: one of them, or ``acceptance/WORKLOAD``. ``tests/test_check_names.py``
+    keeps the shipped file in step (``python tests/test_check_names.py`` rewrites it)."""
+    plain = [n.value for n in CheckName if n is not CheckName.ACCEPTANCE]
+    return {
+        "description": "A check's name (mtpcheck.CheckName); accept's are acceptance/WORKLOAD.",
+        "anyOf": [
+            {"enum": plain},
+            {"type": "string", "pattern": f"^{CheckName.ACCEPTANCE.value}/."},
+        ],
+    }
 
 
 def _header(command: str, ok: bool) -> dict[str, Any]:
@@ -30,7 +47,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     result = _header(report.command, report.ok)
     groups = (False, True) if report.command == "accept" else (False,)
     for accept_only in groups:
-        for section in SECTIONS:
+        for section in sections_for(report):
             if section.json is not None and section.accept_only is accept_only:
                 result.update(section.json(report))
     return result

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from typing import TextIO
 
 from mtpcheck.model import Report
-from mtpcheck.report.sections import SECTIONS
+from mtpcheck.report.sections import sections_for
 
 
 class JunitRenderer:
@@ -16,7 +16,7 @@ class JunitRenderer:
 
     def render(self, report: Report, stream: TextIO) -> None:
         """Write ``report`` to ``stream`` as one JUnit ``testsuite``."""
-        cases = [c for s in SECTIONS if s.junit is not None for c in s.junit(report)]
+        cases = [c for s in sections_for(report) if s.junit is not None for c in s.junit(report)]
         suite = ET.Element(
             "testsuite",
             name=f"mtpcheck.{report.command}",

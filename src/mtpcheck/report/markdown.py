@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from mtpcheck.model import Report, Status
-from mtpcheck.report.sections import SECTIONS
+from mtpcheck.report.sections import sections_for
 from mtpcheck.report.sections.checks import ICON
 
 
@@ -19,6 +19,6 @@ class MarkdownRenderer:
         """Write ``report`` to ``stream`` as Markdown."""
         verdict = Status.PASS if report.ok else Status.FAIL
         stream.write(f"## mtpcheck {report.command}: {ICON[verdict]} {verdict.value.upper()}\n\n")
-        for section in SECTIONS:
+        for section in sections_for(report):
             if section.markdown is not None and section.present(report):
                 stream.write(section.markdown(report))

@@ -1,8 +1,8 @@
 """A section of the report and its renderings in every format, side by side.
 
 Each module of ``report/sections/`` defines one :class:`Section`; the renderers walk
-``report.sections.SECTIONS`` in order and ask each section for its part, so a new section is
-one module and one registry entry, and a renderer knows no section by name.
+``report.sections.sections_for(report)`` in order and ask each section for its part, so a new
+section is one module and one registry entry, and a renderer knows no section by name.
 """
 
 from __future__ import annotations

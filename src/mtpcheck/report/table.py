@@ -15,7 +15,7 @@ from rich.text import Text
 
 from mtpcheck.model import Report
 from mtpcheck.report.blocks import Block, CellLike, Grid
-from mtpcheck.report.sections import SECTIONS
+from mtpcheck.report.sections import sections_for
 from mtpcheck.report.sections.checks import needed_width
 
 
@@ -93,7 +93,7 @@ class TableRenderer:
             force_terminal=self.color,
             highlight=False,
         )
-        for section in SECTIONS:
+        for section in sections_for(report):
             if section.table is not None and section.present(report):
                 for block in section.table(report):
                     _print(console, block)
