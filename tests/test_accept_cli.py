@@ -281,3 +281,22 @@ def test_families_accept_cannot_measure_say_why(
     )
     assert run.exit_code == code, run
     assert said in run.stderr
+
+
+def test_online_sampling_follows_its_seed(run_cli, workloads) -> None:
+    """``--seed``: the same seed draws the same tokens, another seed others (T > 0)."""
+
+    def online(seed: str) -> dict:
+        run = run_cli(
+            "accept", FIXTURE, *workloads[:2], "--online", "--temperature", "1",
+            "--new-tokens", "8", "--seed", seed, "--format", "json",
+        )  # fmt: skip
+        assert run.exit_code == 0, run
+        [o] = json.loads(run.stdout)["online_acceptance"]
+        return o
+
+    first, again, other = online("0"), online("0"), online("7")
+    assert first == again
+    assert (other["accepted_per_position"], other["drafts"]) != (
+        first["accepted_per_position"], first["drafts"],
+    )  # fmt: skip

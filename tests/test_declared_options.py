@@ -49,6 +49,7 @@ ACCEPT_RULES: list[tuple[tuple[str, ...], str]] = [
     ),
     ((str(CKPT), *W, "--drafter", str(DRAFTER)), "--drafter needs --server or --engine vllm"),
     (W, "Missing argument 'CKPT' (only --server runs without one)."),
+    ((str(CKPT), *W, "--seed", "1"), "--seed needs --online"),
     *(
         ((str(CKPT), *W, *given), f"{given[0]} needs --engine vllm")
         for given in (
@@ -69,6 +70,7 @@ ACCEPT_RULES: list[tuple[tuple[str, ...], str]] = [
             ("--chain", "pre-norm"),
             ("--online-engine", "transformers"),
             ("--draft-rule", "training"),
+            ("--seed", "1"),
         )
     ),
     *(
@@ -86,6 +88,7 @@ ACCEPT_RULES: list[tuple[tuple[str, ...], str]] = [
             ("--depths", "2"),
             ("--draft-rule", "training"),
             ("--chain", "pre-norm"),
+            ("--seed", "1"),
             ("--engine", "vllm"),
             ("--vllm-python", "python3"),
             ("--tensor-parallel-size", "2"),
@@ -196,6 +199,7 @@ RANGES: list[tuple[str, dict[str, Any], tuple[str, ...], str]] = [
     ("min_acceptance", {"min_acceptance": 2.0}, ("--min-acceptance", "2"),
      "2.0 is not in the range 0<=x<=1."),
     ("depths", {"depths": 0}, ("--depths", "0"), "0 is not in the range x>=1."),
+    ("seed", {"seed": -1}, ("--seed", "-1"), "-1 is not in the range x>=0."),
     ("device", {"device": "tpu"}, ("--device", "tpu"), "'tpu' is not one of 'cpu', 'cuda'."),
 ]  # fmt: skip
 """A value outside its declared range or choices: click refuses it on the command line, the

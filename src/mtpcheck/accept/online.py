@@ -219,8 +219,9 @@ def _decode(drafter: Drafter, prompts: list[list[int]], options: AcceptOptions) 
         from mtpcheck.accept.online_transformers import transformers_decode
 
         generated = transformers_decode(
-            drafter.model, drafter.prefixes, prompts, options.new_tokens, temperature
-        )
+            drafter.model, drafter.prefixes, prompts, options.new_tokens, temperature,
+            seed=options.seed,
+        )  # fmt: skip
         sequences = generated.sequences
         in_output = sum(
             sequences[s.sequence][s.position] == s.drafts[0]
@@ -244,9 +245,12 @@ def _decode(drafter: Drafter, prompts: list[list[int]], options: AcceptOptions) 
             family.serving.zeroes_position0,
             bool(family.layout.copies),
             temperature,
+            seed=options.seed,
         )
     else:
-        decoded = speculative_decode(drafter, prompts, options.new_tokens, temperature)
+        decoded = speculative_decode(
+            drafter, prompts, options.new_tokens, temperature, seed=options.seed
+        )
         k = decoded.k
     passes = [(d.sequence, d.slot, d.depth_accepted) for d in decoded.drafts]
     return _Run(decoded.sequences, k, passes)

@@ -104,7 +104,7 @@ _ENGINE_ONLY = (
     "distributed_executor_backend", "vllm_args", "engine_log", "teacher_forced",
 )  # fmt: skip
 """``--engine vllm``'s own options."""
-_CLASHING_WITH_ENGINE = ("online", "device_map", "chain", "online_engine", "draft_rule")
+_CLASHING_WITH_ENGINE = ("online", "device_map", "chain", "online_engine", "draft_rule", "seed")
 """What mtpcheck's own decoding takes and the engine replaces."""
 _SERVER_ONLY = (
     "server_engine", "server_model", "concurrency", "request_timeout", "save_profile", "profile",
@@ -112,7 +112,7 @@ _SERVER_ONLY = (
 """Options of the running-server path only."""
 _NOT_ON_SERVER = (
     "compare", "device_map", "plot", "online", "online_engine", "depths", "draft_rule", "chain",
-    "engine", *_ENGINE_ONLY,
+    "seed", "engine", *_ENGINE_ONLY,
 )  # fmt: skip
 """Options of the other paths that mean nothing on a running server."""
 
@@ -193,6 +193,13 @@ class AcceptOptions:
         minimum=2,
     )  # fmt: skip
     new_tokens: int = option(40, "--online: tokens to generate after each prompt.", int, minimum=1)
+    seed: int = option(
+        0,
+        "--online: the seed of its sampling at --temperature above 0; another seed shows how "
+        "far the online figure moves by chance.",
+        int,
+        minimum=0,
+    )
     online_engine: OnlineEngine = option(
         OnlineEngine.MTPCHECK,
         "--online: mtpcheck's own draft-then-verify loop, or transformers' "
@@ -349,6 +356,8 @@ class AcceptOptions:
         if self.checkpoint is None:
             raise UsageError("Missing argument 'CKPT' (only --server runs without one).")
         self._validate_engine()
+        if self.seed != 0 and not self.online:
+            raise UsageError("--seed needs --online")
 
     def _validate_server(self) -> None:
         """``--server``: nothing of the offline paths."""
