@@ -3,7 +3,7 @@ as the model's own code builds it.
 
 For every registered family whose ``model_type`` transformers ships, the model is built on the
 meta device (no weights) from each config at hand: the family's fixtures, and the published
-configs of ``tests/data/published_configs`` scaled down as ``roundtrip --synthetic`` scales
+configs of ``src/mtpcheck/families/published`` scaled down as ``roundtrip --synthetic`` scales
 them (one main layer of every kind). Its parameter and buffer names are taken as
 ``save_pretrained`` writes them (transformers' own ``revert_weight_conversion`` undoes the
 fusing it does at load), split into main layers, and each layer's names are reduced to the
@@ -35,9 +35,10 @@ from mtpcheck.families import FAMILIES, MtpFamily, detect_family  # noqa: E402
 from mtpcheck.families.catalog import GGUF, MEGATRON, MEGATRON_HYBRID  # noqa: E402
 from mtpcheck.families.definitions import DEFINITIONS_FILE  # noqa: E402
 from mtpcheck.families.name_templates import LayerNames, NameTemplate  # noqa: E402
+from mtpcheck.families.published import PUBLISHED_DIR  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
-PUBLISHED = ROOT / "tests" / "data" / "published_configs"
+PUBLISHED = PUBLISHED_DIR
 NOT_MODELS = (MEGATRON, MEGATRON_HYBRID, GGUF)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measure ``mtpcheck roundtrip CONFIG --synthetic`` on every published config the repository
-keeps (tests/data/published_configs) and write the table into docs/commands/roundtrip.md.
+keeps (src/mtpcheck/families/published) and write the table into docs/commands/roundtrip.md.
 
     .venv/bin/python scripts/synthetic_table.py           # measure, rewrite the table
     .venv/bin/python scripts/synthetic_table.py --check   # measure, print, change nothing
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "tests" / "data" / "published_configs"
+CONFIGS = ROOT / "src" / "mtpcheck" / "families" / "published"
 PAGE = ROOT / "docs" / "commands" / "roundtrip.md"
 START, END = "<!-- synthetic-table -->", "<!-- /synthetic-table -->"
 

@@ -18,6 +18,7 @@ from mtpcheck import CheckName
 from mtpcheck.checks.main_model_checks import main_model_check
 from mtpcheck.families import analyse
 from mtpcheck.families.definitions import definition_of, without_definition
+from mtpcheck.families.published import PUBLISHED_DIR
 from mtpcheck.formats import open_checkpoint
 from tests.conftest import FIXTURES
 from tests.main_model_losses import Without
@@ -114,7 +115,7 @@ def test_the_definitions_are_what_this_transformers_builds() -> None:
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-PUBLISHED = ROOT / "tests" / "data" / "published_configs"
+PUBLISHED = PUBLISHED_DIR
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ ALLOWED: dict[str, set[str]] = {
         "pipeline",
         "accept",
     },
-    "testing": {"api", "model"},
+    "testing": {"api", "model", "extras", "families", "convert"},
     "cli": {
         "declared",
         "settings",

@@ -1,4 +1,4 @@
-"""What mtpcheck reads from thirteen published configs (tests/data/published_configs, with
+"""What mtpcheck reads from thirteen published configs (src/mtpcheck/families/published, with
 their sources): the decoder layers and each one's kind, as each model's maker lays them out.
 The main-model check holds layers of one kind to each other, so a kind read wrong would be a
 false alarm on the real release."""
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from mtpcheck.families import declared_count, detect_family
 from mtpcheck.families.main_layout import MainLayout, main_layout
+from mtpcheck.families.published import PUBLISHED_DIR
 
-CONFIGS = Path(__file__).resolve().parent / "data" / "published_configs"
+CONFIGS = PUBLISHED_DIR
 
 
 def _layout(name: str) -> MainLayout:

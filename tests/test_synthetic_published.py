@@ -1,5 +1,5 @@
 """``roundtrip CONFIG --synthetic`` on every published config of an MTP model this repository
-keeps (tests/data/published_configs, each with its source): the scaled-down config keeps one
+keeps (src/mtpcheck/families/published, each with its source): the scaled-down config keeps one
 main layer of every kind and every MTP layer, the tiny checkpoint is built whatever the
 family's converter, and the round trip ends in PASS or in a one-line refusal that names what
 converts the family instead, never in an internal error."""
@@ -21,10 +21,11 @@ from mtpcheck.convert.tiny_config import TINY_DIMS, scale_down
 from mtpcheck.families import declared_count, detect_family
 from mtpcheck.families.layout import flat_patterns
 from mtpcheck.families.main_layout import main_layout
+from mtpcheck.families.published import PUBLISHED_DIR
 from mtpcheck.mapping.plan import MappingError, mappable_family
 from tests.conftest import FIXTURES, PEAK
 
-CONFIGS = Path(__file__).resolve().parent / "data" / "published_configs"
+CONFIGS = PUBLISHED_DIR
 PUBLISHED = sorted(p.stem for p in CONFIGS.glob("*.json"))
 
 NO_MAPPING = "roundtrip cannot judge the Megatron checkpoint between its stages"

@@ -13,7 +13,9 @@ test runner shows what broke; the report is returned when nothing failed.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import ParamSpec
 
 from mtpcheck.api import diff, inspect, roundtrip
@@ -74,10 +76,47 @@ assert_roundtrip = _asserting(
 )
 
 
+def tiny_checkpoint(family: str, dest: str | Path) -> Path:
+    """Write a tiny HF checkpoint of ``family`` with its MTP layers at ``dest`` and return it:
+    something for a converter's own tests to convert, without this repository's fixtures.
+
+    ``family`` is a ``model_type`` (``deepseek_v3``, ``glm_moe_dsa``, ``qwen3_next``, ...) or
+    a release (``GLM-5``, ``DeepSeek-V3.2``) of the published configs mtpcheck ships; the
+    checkpoint is that config scaled down as ``roundtrip --synthetic`` scales it (one main
+    layer of each kind, every MTP layer, random weights), built by transformers' own model
+    class, and it passes ``inspect`` before it is returned. Raises :class:`KeyError` for a
+    name with no published config, :class:`ValueError` (nothing left at ``dest``) for one
+    that cannot be built or whose build fails its own audit, :class:`FileExistsError` when
+    ``dest`` is not an absent or empty folder; needs the ``convert`` extra
+    (:class:`~mtpcheck.extras.MissingExtra`).
+    """
+    from mtpcheck.extras import require
+
+    require("convert", "tiny_checkpoint")
+    from mtpcheck.convert.synthetic import build_synthetic
+    from mtpcheck.families.published import published_config
+
+    config, dest = published_config(family), Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise FileExistsError(f"{dest}: tiny_checkpoint writes into an absent or empty folder")
+    try:
+        built = build_synthetic(config, dest)
+        failing = inspect(built).failing
+    except Exception as e:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise ValueError(f"tiny_checkpoint cannot build {config.stem}: {e}") from e
+    if failing:
+        shutil.rmtree(dest, ignore_errors=True)
+        named = ", ".join(map(str, failing))
+        raise ValueError(f"tiny_checkpoint: {config.stem}'s tiny build fails {named}")
+    return built
+
+
 __all__ = [
     "assert_mtp_intact",
     "assert_mtp_preserved",
     "assert_no_findings",
     "assert_roundtrip",
     "failing_findings",
+    "tiny_checkpoint",
 ]
