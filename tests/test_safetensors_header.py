@@ -284,3 +284,37 @@ def test_tensor_table_is_the_merged_mapping_in_name_order() -> None:
 def test_tensor_table_refuses_a_name_in_two_files() -> None:
     table, _ = _table({"w": ("U8", [1], b"x")}, {"w": ("U8", [1], b"y")})
     assert table is None
+
+
+def test_the_fast_parse_reads_bytes_and_text_alike() -> None:
+    """The usual header is parsed from its bytes (no decoding first); a name beyond ASCII is
+    decoded as UTF-8 by the typed decoder, to the careful parse's header."""
+    text = '{"__metadata__":{"format":"pt"},"né":' + ENTRY + "}"
+    blob = text.encode()
+    whole = parse_header_bytes("f.safetensors", struct.pack("<Q", len(blob)), blob, len(blob) + 9)
+    fast, careful = _both(text, 1)
+    assert whole == fast == careful
+    assert parse_common("f.safetensors", blob, 8 + len(blob), len(blob) + 9) == fast
+    assert list(whole.tensors) == ["né"] and whole.metadata == {"format": "pt"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "fast_takes_it"),
+    [
+        ('{"k":"a}b"}', True),  # the first brace inside a string: the slice refused, all read
+        ('{"k":"v","k":"w"}', False),  # a repeated key: the colon count refuses it
+        ('{"k":5}', False),  # not a string: left to the careful parse (which words it as "5")
+        ("{}", True),
+    ],
+)
+def test_metadata_first_is_decoded_from_its_own_bytes(metadata: str, fast_takes_it: bool) -> None:
+    """``__metadata__`` opening the header is decoded from its slice up to the first ``}``;
+    wherever that slice is not the object, the fast parse still gives the careful parse's
+    header, or stands aside."""
+    text = '{"__metadata__":' + metadata + ',"a":' + ENTRY + "}"
+    fast, careful = _both(text, 1)
+    if not fast_takes_it:
+        assert fast is None
+        return
+    assert isinstance(fast, ShardHeader) and fast == careful
+    assert fast.metadata == json.loads(metadata)

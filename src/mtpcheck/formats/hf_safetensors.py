@@ -211,6 +211,8 @@ def read_index(index_file: Path) -> dict[str, str]:
     except (ValueError, RecursionError):  # not the usual index: json.loads words the fault
         weight_map = _weight_map_of(index_file, text)
     for shard in set(weight_map.values()):
+        if shard.endswith(".safetensors") and not any(c in shard for c in "/\\\0"):
+            continue  # a plain file name beside the index (the usual shard): nothing to refuse
         pure = PurePosixPath(shard)
         if pure.is_absolute() or ".." in pure.parts or "\\" in shard:
             raise InputError(

@@ -97,7 +97,8 @@ def _as_indexed(
     if sum(len(h.columns.names) for h in headers.values()) != len(weight_map):
         return None
     for shard, header in headers.items():
-        if not all(map(shard.__eq__, map(weight_map.get, header.columns.names))):
+        names = header.columns.names  # compared as lists: the loop runs in C
+        if list(map(weight_map.get, names)) != [shard] * len(names):
             return None
     return TensorTable.of(h.columns for h in headers.values())
 
