@@ -50,6 +50,44 @@ def test_the_drafters_page_gets_a_row_per_kind_in_both_tables() -> None:
         DRAFTERS_HOOK.render(page.replace(DRAFTERS_HOOK.ENGINES_MARKER, ""))
 
 
+def test_the_convert_page_gets_a_row_per_megatron_writer() -> None:
+    """Every family the built-in converter writes, and every one it refuses with a reason, has
+    its row in the generated table, with the layout its record names."""
+    hook = _hook("writers")
+    page = (DOCS / hook.PAGE).read_text()
+    rendered = hook.render(page)
+    assert hook.MARKER not in rendered and hook.writers_table() in rendered
+    rows = dict(re.findall(r"^\| .*? \(`(\w+)`\) \| (.*?) \|", hook.writers_table(), re.M))
+    for f in FAMILIES:
+        if f.support.writer is not None:
+            assert rows[f.key] == f"`{f.support.writer.layout}`", f.key
+        elif f.support.no_writer:
+            assert rows[f.key] == "not written", f.key
+        else:
+            assert f.key not in rows
+    with pytest.raises(ValueError, match="marker"):
+        hook.render("no marker here")
+
+
+def test_the_server_page_gets_a_row_per_serving_engine() -> None:
+    """Every engine ``accept --server`` reads has its row, with every metric name it reads."""
+    from mtpcheck.accept.server_engines import ENGINES
+
+    hook = _hook("engines")
+    page = (DOCS / hook.PAGE).read_text()
+    rendered = hook.render(page)
+    assert hook.MARKER not in rendered and hook.engines_table() in rendered
+    rows = re.findall(r"^\| .*? \(`(\w+)`\) \|(.*)$", hook.engines_table(), re.M)
+    assert [key for key, _ in rows] == list(ENGINES)
+    for (key, cells), engine in zip(rows, ENGINES.values(), strict=True):
+        c = engine.counters
+        read = () if c is None else (c.draft_tokens, c.accepted_tokens, c.traffic)
+        for name in (*read, engine.metric_prefix, engine.per_request_field):
+            assert name in cells, (key, name)
+    with pytest.raises(ValueError, match="marker"):
+        hook.render("no marker here")
+
+
 # --- the families tables -----------------------------------------------------------------------
 
 

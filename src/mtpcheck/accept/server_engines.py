@@ -80,6 +80,14 @@ class ServingEngine:
     metrics_page: str = "/metrics"
     request_extra: tuple[tuple[str, Any], ...] = ()
     """Fields a completion request needs for the engine to return its per-request figures."""
+    per_request_field: str = ""
+    """Where a completion response holds the per-request figures (empty: nowhere)."""
+    counters_why_not: str = ""
+    """Why the engine's counters cannot be differenced, where ``counters`` is None."""
+
+
+_VLLM_FIELD = "metrics.speculative_decoding"
+_SGLANG_FIELD = "sglext.spec_tokens_details"
 
 
 def _vllm_request(response: Mapping[str, Any]) -> ServedRequest | None:
@@ -90,7 +98,7 @@ def _vllm_request(response: Mapping[str, Any]) -> ServedRequest | None:
     spec = metrics.get("speculative_decoding") if isinstance(metrics, Mapping) else None
     if not isinstance(spec, dict):
         return None
-    what = "metrics.speculative_decoding."
+    what = _VLLM_FIELD + "."
     histogram = counts(field(spec, "acceptance_histogram"), what + "acceptance_histogram")
     return ServedRequest(
         generated_tokens=_generated(response),
@@ -131,6 +139,7 @@ VLLM = ServingEngine(
     ),
     per_request=_vllm_request,
     per_request_how="vllm serve --per-request-spec-decode-metrics summary",
+    per_request_field=_VLLM_FIELD,
     version_page="/version",
     version_field="version",
     source="vllm/v1/spec_decode/metrics.py, vllm/v1/metrics/loggers.py and "
@@ -154,7 +163,7 @@ def _sglang_request(response: Mapping[str, Any]) -> ServedRequest | None:
         details = details[0] if len(details) == 1 else None
     if not isinstance(details, dict) or "spec_verify_ct" not in details:
         return None
-    what = "sglext.spec_tokens_details."
+    what = _SGLANG_FIELD + "."
     histogram = counts(
         details.get("spec_correct_drafts_histogram") or [], what + "spec_correct_drafts_histogram"
     )
@@ -175,11 +184,12 @@ SGLANG = ServingEngine(
     key="sglang",
     title="SGLang",
     metric_prefix="sglang:",
-    # its /metrics has gauges of the last log interval and a verify-call counter, no count
-    # of accepted drafts to difference
     counters=None,
+    counters_why_not="its /metrics has gauges of the last log interval and a verify-call "
+    "counter, no count of accepted drafts to difference",
     per_request=_sglang_request,
     per_request_how="return_spec_tokens_details in the request (mtpcheck asks for it)",
+    per_request_field=_SGLANG_FIELD,
     version_page="/server_info",
     version_field="version",
     source="sglang/srt/entrypoints/openai/protocol.py (SpecTokensDetails, "

@@ -8,24 +8,14 @@ state_dict names and shapes a ``GPTModel`` of that config holds are in
 :mod:`mtpcheck.convert.megatron_names`.
 
 Canonical names are what ``GPTModel.state_dict()`` returns, minus ``_extra_state`` entries, for
-the layer spec megatron-core uses for the family. Per family (megatron-core 0.16.1, CPU torch,
-no Transformer Engine):
-
-=============  ======  =============================  =========================================
-family         spec    builds on CPU                  torch_dist decoder keys
-=============  ======  =============================  =========================================
-glm4_moe       local   yes                            per layer (``moe_layer_freq`` is a list)
-mimo           local   yes                            stacked (homogeneous dense layers)
-deepseek_v3    local   no: ``MultiLatentAttention``   per layer (``moe_layer_freq`` is a list)
-                       tests ``isinstance(…, TELinear)``
-                       against TE's mock stub, and
-                       ``DotProductAttention``
-                       rejects MLA's ``k_channels``
-qwen3_next     te      no: the gated-delta-net block  per layer (``linear_attention_freq`` and
-                       spec requires Transformer      ``moe_layer_freq`` are lists)
-                       Engine, GatedDeltaNet needs
-                       the ``fla`` package
-=============  ======  =============================  =========================================
+the layer spec megatron-core uses for the family. Which families are written, under which
+layout, with which spec (``local`` or ``te``) and whether megatron-core builds the model on CPU
+torch is each family record's ``support.writer`` (``MegatronWriter``), listed in the table
+generated from the records on the convert page
+(docs/commands/convert.md, "Families the built-in converter writes"); each layout's keyword
+arguments are :data:`LAYOUT_KWARGS`. Whether torch_dist stacks the decoder's layers under one
+key is decided per config (:func:`uses_stacked_layers`: homogeneous layers stack, a
+``moe_layer_freq`` or ``linear_attention_freq`` list does not).
 
 MTP layers are always written per index (``mtp.layers.{i}.…``), never stacked.
 """
