@@ -337,8 +337,8 @@ def test_roundtrip_of_a_megatron_checkpoint_is_usage_not_a_finding() -> None:
 
 MAPPED = (
     "families with a mapping: DeepSeek-V3 / R1 / V3.1, DeepSeek-V3.2, Kimi-K2, GLM-4.5 / 4.6 / "
-    "4.7, GLM-4.7-Flash, GLM-5, Qwen3-Next, MiMo-7B, Qwen3.5 / 3.6 (VLM), Qwen3.5 / 3.6 "
-    "(text-only), K-EXAONE (EXAONE MoE), Hunyuan HY-V3, Nemotron-H / Nemotron 3"
+    "4.7, GLM-4.7-Flash, GLM-5, Hunyuan HY-V3, Qwen3-Next, Qwen3.5 / 3.6 (VLM), Qwen3.5 / 3.6 "
+    "(text-only), K-EXAONE (EXAONE MoE), Nemotron-H / Nemotron 3, MiMo-7B"
 )
 
 

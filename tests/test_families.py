@@ -227,10 +227,10 @@ def test_capability_records_are_consistent() -> None:
     assert measurable == [
         "deepseek_v3",
         "glm4_moe",
+        "step3p7",
         "qwen3_next",
         "qwen3_5",
         "qwen3_5_text",
-        "step3p7",
     ]
     from_command_line = [f.key for f in FAMILIES if f.count.from_command_line]
     assert from_command_line == ["megatron", "megatron_hybrid"]
@@ -254,3 +254,26 @@ def test_family_record_is_composed_of_parts() -> None:
     from mtpcheck.families.interface import MtpFamily
 
     assert len(fields(MtpFamily)) <= 12
+
+
+def test_no_source_tests_a_family_by_its_key() -> None:
+    """What sets a family apart is a field of its record (GGUF's keys under the architecture,
+    Megatron's hybrid form), so no module compares a family's key with a name."""
+    from pathlib import Path
+
+    import mtpcheck
+
+    src = Path(mtpcheck.__file__).parent
+    found = [
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        if re.search(r"family\.key\s*[!=]=|\bis (MEGATRON|GGUF)\b", path.read_text())
+    ]
+    assert found == []
+
+
+def test_a_megatron_checkpoint_is_read_as_its_hybrid_form_by_its_record() -> None:
+    megatron = detect_family({"model_type": "megatron"})
+    assert megatron is not None and megatron.nested_as == "megatron_hybrid"
+    hybrid = detect_family({"model_type": "megatron", "mtp_hybrid_override_pattern": "*E"})
+    assert hybrid is not None and hybrid.key == "megatron_hybrid"

@@ -152,3 +152,17 @@ def test_layer_names_group_a_main_layers_names() -> None:
         0: frozenset({"mlp.w"}),
         1: frozenset({"mlp.w", "attn.w"}),
     }
+
+
+def test_expert_and_main_layer_placeholders_are_filled_by_the_template() -> None:
+    """``{e}`` (the HF <-> Megatron rules' expert index) and ``{k}`` are filled, tested and
+    split by ``NameTemplate`` too, so no code replaces a placeholder by hand."""
+    rule = NameTemplate("mlp.experts.local_experts.{e}.linear_fc1.weight")
+    assert rule.holds("e") and not rule.holds("k")
+    assert rule.expert(7) == "mlp.experts.local_experts.7.linear_fc1.weight"
+    assert rule.match("mlp.experts.local_experts.12.linear_fc1.weight") == {"e": 12}
+    assert rule.match("mlp.experts.local_experts.x.linear_fc1.weight") is None
+    assert NameTemplate("model.layers.{k}.").around("k") == ("model.layers.", ".")
+    assert NameTemplate("lm_head.weight").around("k") == ("lm_head.weight", "")
+    nested = NameTemplate("mtp.layers.{i}.enorm.weight").renamed("i", "d")
+    assert nested.text == "mtp.layers.{d}.enorm.weight"

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from mtpcheck.families.drafter_kinds import DEFAULT_TAPS, DrafterKind, Taps
 from mtpcheck.families.drafters import DrafterConfig, flag_on
+from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import CheckName, CheckResult, Finding, Status, TensorMeta
 from mtpcheck.model.config_keys import is_int
 from mtpcheck.units import first_few
@@ -54,11 +55,8 @@ def _flag_findings(
     taps = len(cfg.taps) if isinstance(cfg.taps, list) else 0
     for flag in kind.flags:
         on = flag_on(cfg.flags.get(flag.key))
-        wanted = (
-            [flag.tensor.format(i=i) for i in range(taps)]
-            if "{i}" in flag.tensor
-            else [flag.tensor]
-        )
+        tensor = NameTemplate(flag.tensor)
+        wanted = [tensor.fill(i) for i in range(taps)] if tensor.holds("i") else [flag.tensor]
         held = [n for n in wanted if n in tensors]
         if on and len(held) < len(wanted):
             lost = [n for n in wanted if n not in tensors]

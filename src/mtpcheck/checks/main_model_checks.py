@@ -247,7 +247,7 @@ def _mtp_layer_numbers(analysis: MtpAnalysis, layers: int | None) -> set[int]:
     the main layers' prefix: Ling-V2's remote code counts its MTP layer as a hidden layer."""
     family = analysis.family
     assert family is not None
-    head, _, _ = family.layout.main_layer_prefix.partition("{k}")
+    head, _ = NameTemplate(family.layout.main_layer_prefix).around("k")
     found = set()
     for layer in analysis.layers:
         if layer.prefix.startswith(head):
@@ -383,7 +383,7 @@ def _mirrored(
     """Main layer number -> the MTP blocks mirroring it (prefix, their tensors)."""
     family = analysis.family
     assert family is not None
-    head, _, tail = family.layout.main_layer_prefix.partition("{k}")
+    head, tail = NameTemplate(family.layout.main_layer_prefix).around("k")
     found: dict[int, list[tuple[str, MainLayer]]] = {}
     for block_prefix, main_prefix in analysis.mirrors:
         number = main_prefix[len(head) : len(main_prefix) - len(tail)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from mtpcheck.families.name_templates import NameTemplate
 from mtpcheck.model import Checkpoint, Naming, TensorMeta
 from mtpcheck.params import FUSED_EXPERTS, STACKED_EXPERTS
 
@@ -33,7 +34,7 @@ def _slices(meta: TensorMeta, stacked: str, per_expert: str) -> dict[str, Tensor
     size = meta.nbytes // count
     found = {}
     for e in range(count):
-        name = meta.name.replace(stacked, per_expert.format(e=e), 1)
+        name = meta.name.replace(stacked, NameTemplate(per_expert).expert(e), 1)
         found[name] = dataclasses.replace(
             meta, name=name, shape=meta.shape[1:], offset=meta.offset + e * size, nbytes=size
         )

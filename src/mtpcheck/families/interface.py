@@ -108,7 +108,8 @@ class SharedCopy:
 
 @dataclass(frozen=True)
 class MtpCount:
-    """How a checkpoint's config declares the number of MTP layers it holds."""
+    """How a checkpoint's config declares the number of MTP layers it holds, and where its
+    keys stand."""
 
     keys: tuple[str, ...] = ("num_nextn_predict_layers",)
     """Config keys (dotted for nesting) that declare the MTP count; the first present wins."""
@@ -120,6 +121,12 @@ class MtpCount:
     """Loaders are told the MTP count on their command line rather than reading it from the
     checkpoint (bare megatron-core ``dist_checkpointing.save`` output, as mbridge and verl
     write, records no args): an unrecorded count there is a warning, not damage."""
+    keys_under_architecture: bool = False
+    """Config keys also stand under the name the ``architecture`` key holds (GGUF metadata:
+    ``glm4moe.expert_count``), where they are not at the top level."""
+    unreliable_keys: tuple[str, ...] = ()
+    """Config keys whose values say nothing of the layers, read as absent (llama.cpp's
+    converter writes ``full_attention_interval`` whatever the layers are)."""
 
 
 @dataclass(frozen=True)
@@ -261,5 +268,9 @@ class MtpFamily:
     """What mtpcheck's own commands can do with the family."""
     drafter: Drafter = Drafter.INSIDE
     """Where the family's draft model ships."""
+    nested_as: str = ""
+    """Registry key of the family a checkpoint of this one is when its MTP depths nest
+    layers (megatron-core's hybrid stack): chosen when the config holds that family's MTP
+    pattern key, or its names nest; empty: none."""
     notes: str = ""
     """A line for the families table (docs/families.md)."""

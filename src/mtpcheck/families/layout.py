@@ -12,10 +12,8 @@ from mtpcheck.families.block_mirrors import in_block_form, other_kind, pick_refe
 from mtpcheck.families.catalog import (
     FAMILIES,
     FAMILY_BY_MODEL_TYPE,
+    FAMILY_BY_NAME,
     GENERIC_COUNT_KEYS,
-    HYBRID_MTP_PATTERN,
-    MEGATRON,
-    MEGATRON_HYBRID,
 )
 from mtpcheck.families.interface import CopyPolicy, Drafter, MtpFamily
 from mtpcheck.families.name_templates import (
@@ -95,8 +93,11 @@ def detect_family(config: Mapping[str, Any]) -> MtpFamily | None:
     model_type = config.get("model_type")
     if isinstance(model_type, str) and model_type in FAMILY_BY_MODEL_TYPE:
         family = FAMILY_BY_MODEL_TYPE[model_type]
-        if family is MEGATRON and isinstance(config.get(HYBRID_MTP_PATTERN), str):
-            return MEGATRON_HYBRID
+        nested = FAMILY_BY_NAME.get(family.nested_as)
+        if nested is not None and any(
+            isinstance(config.get(key), str) for key, _ in nested.layout.flat_layers_keys
+        ):
+            return nested
         return family
     archs = config.get("architectures")
     if isinstance(archs, list):
@@ -200,7 +201,7 @@ def _first_specific_layer(
     found = [
         int(m.group("n"))
         for template in family.layout.specific
-        if "{n}" in template
+        if NameTemplate(template).holds("n")
         for _, m in full_matches(names, joined, template)
     ]
     return min(found) if found else None
@@ -421,8 +422,9 @@ def _effective_family(
     """The family, and the layers nested in a Megatron MTP depth (0 when none): a hybrid save
     whose config may not say so (mcore-bridge's args.json) is hybrid by its names."""
     family = detect_family(config)
-    nested = _nested_positions(tensors) if family in (MEGATRON, MEGATRON_HYBRID) else 0
-    return (MEGATRON_HYBRID if nested else family), nested
+    nested_family = FAMILY_BY_NAME.get(family.nested_as) if family is not None else None
+    nested = _nested_positions(tensors) if nested_family is not None else 0
+    return (nested_family if nested_family is not None and nested else family), nested
 
 
 def analyse(

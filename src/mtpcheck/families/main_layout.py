@@ -66,11 +66,14 @@ class MainLayout:
 
 
 def _value(config: Mapping[str, Any], key: str, family: MtpFamily) -> Any:
-    """``key`` at the top level, under ``text_config``, or (GGUF) under the architecture."""
+    """``key`` at the top level, under ``text_config``, or (GGUF) under the architecture;
+    None for a key the family's configs hold without meaning."""
+    if key in family.count.unreliable_keys:
+        return None
     found = text_value(config, key)
     if found is not None:
         return found[1]
-    arch = config.get("architecture") if family.key == "gguf" else None
+    arch = config.get("architecture") if family.count.keys_under_architecture else None
     return config.get(f"{arch}.{key}") if isinstance(arch, str) else None
 
 
@@ -168,9 +171,9 @@ def _derived_mlp(config: Mapping[str, Any], layers: int, family: MtpFamily) -> l
 
 def _full_attention(config: Mapping[str, Any], layers: int, family: MtpFamily) -> list[str] | None:
     """Qwen3-Next's ``full_attention_interval`` (every n-th layer full attention, the others
-    linear) where no ``layer_types`` list says which; not llama.cpp's copy of the key, which
-    its converter writes whatever the layers are."""
-    interval = _int(config, "full_attention_interval", family) if family.key != "gguf" else None
+    linear) where no ``layer_types`` list says which; not where the family's configs hold the
+    key without meaning (llama.cpp's: its ``count.unreliable_keys``)."""
+    interval = _int(config, "full_attention_interval", family)
     if not interval:
         return None
     return ["full" if (k + 1) % interval == 0 else "linear" for k in range(layers)]

@@ -1,4 +1,5 @@
-"""The MTP module parts several families lay out alike, placed under a block's prefix.
+"""The MTP module parts several families lay out alike, placed under a block's prefix, and
+the main model's names, derived from the prefix its decoder lies under.
 
 Most families keep megatron-core's names for what an MTP depth adds around its transformer
 layer: ``enorm`` and ``hnorm`` normalise the embedding and the hidden state, ``eh_proj``
@@ -7,6 +8,8 @@ them differs; the names under that place do not.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from mtpcheck.families.interface import HfLayout
 
@@ -29,4 +32,24 @@ def megatron_module(block: str) -> HfLayout:
         layer_prefix=block + "transformer_layer.",
         specific=under(block, MODULE_PARTS),
         projection=block + "eh_proj.weight",
+    )
+
+
+def main_model_under(
+    layout: HfLayout,
+    root: str,
+    embed: str = "embed_tokens.weight",
+    head: str = "lm_head.weight",
+    norm: str = "norm.weight",
+) -> HfLayout:
+    """``layout`` with the main model's names derived from ``root``, the prefix its decoder
+    lies under (``model.``, ``model.language_model.``, ``backbone.``): the embedding
+    ``root + embed``, decoder layer ``{k}`` at ``root + "layers.{k}."``, the final norm
+    ``root + norm``; the output head ``head`` as given, whole (it usually lies outside
+    ``root``). The one place these names are derived from a root."""
+    return replace(
+        layout,
+        main_shared=(root + embed, head),
+        main_layer_prefix=root + "layers.{k}.",
+        main_norm=root + norm,
     )

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 PLACEHOLDERS = ("i", "n", "first", "last", "d", "t", "k")
-"""Placeholders a name template may hold, each standing for a layer number: ``{i}`` the MTP
-depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer number,
-``{first}`` / ``{last}`` a depth's first and last flat layer, ``{d}`` / ``{t}`` a nested
-layer's depth and position within it, ``{k}`` a main decoder layer's number."""
+"""Placeholders a family's name template may hold, each standing for a layer number: ``{i}``
+the MTP depth (in a flat family's layer prefix, the flat index), ``{n}`` the absolute layer
+number, ``{first}`` / ``{last}`` a depth's first and last flat layer, ``{d}`` / ``{t}`` a
+nested layer's depth and position within it, ``{k}`` a main decoder layer's number."""
+EXPERT = "e"
+"""The placeholder of a routed expert's index, ``{e}``: the HF <-> Megatron rules' and the
+stacked experts' per-expert names (``mlp.experts.{e}.gate_proj.weight``)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -24,7 +27,7 @@ def template_pattern(template: str, prefix_only: bool) -> re.Pattern[str]:
     """The regex of ``template``, each placeholder a run of digits captured under its name:
     matching a whole name, or with ``prefix_only`` its start."""
     body = re.escape(template)
-    for name in PLACEHOLDERS:
+    for name in (*PLACEHOLDERS, EXPERT):
         body = body.replace(r"\{" + name + r"\}", rf"(?P<{name}>\d+)")
     return re.compile("^" + body + ("" if prefix_only else "$"))
 
@@ -48,7 +51,8 @@ def depth_of(values: Mapping[str, str | int | None], base: int, span: int) -> in
 class NameTemplate:
     """A tensor name with layer-number placeholders (``model.layers.{n}.enorm.weight``,
     ``model.layers.{k}.``; see :data:`PLACEHOLDERS`): the one place that fills them with an MTP
-    depth or a main layer's number and reads them back from a checkpoint's names."""
+    depth, a main layer's number or an expert's index and reads them back from a checkpoint's
+    names."""
 
     text: str
 
@@ -79,6 +83,26 @@ class NameTemplate:
         """The name in main decoder layer ``k`` (``{k}`` filled, with the number or its digits
         as a name spells them): the main layer a block mirrors, given its number."""
         return self.text.replace("{k}", str(k))
+
+    def expert(self, e: int | str) -> str:
+        """The name of routed expert ``e`` (``{e}`` filled, with the number or its digits)."""
+        return self.text.replace("{e}", str(e))
+
+    def holds(self, placeholder: str) -> bool:
+        """Whether the template holds ``{placeholder}`` (``"e"``: one name per expert)."""
+        return "{" + placeholder + "}" in self.text
+
+    def around(self, placeholder: str) -> tuple[str, str]:
+        """The text before and after ``{placeholder}`` (the whole text and "" without it): a
+        main layer prefix's ``model.layers.`` and ``.`` around ``{k}``, to read a number off
+        a filled name."""
+        head, _, tail = self.text.partition("{" + placeholder + "}")
+        return head, tail
+
+    def renamed(self, old: str, new: str) -> NameTemplate:
+        """The template with ``{old}`` spelled ``{new}`` (a flat depth ``{i}`` as a nested
+        layer's depth ``{d}``)."""
+        return NameTemplate(self.text.replace("{" + old + "}", "{" + new + "}"))
 
     def match(self, name: str) -> dict[str, int] | None:
         """The placeholders' numbers if ``name`` is this template filled; else None."""

@@ -23,7 +23,7 @@ from mtpcheck.families import (
     fill_template,
     hidden_layer_count,
 )
-from mtpcheck.families.name_templates import NameTemplate, depth_of
+from mtpcheck.families.name_templates import EXPERT, NameTemplate, depth_of
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping.rules import (
     DECODER_RULES,
@@ -200,7 +200,7 @@ def _fused_experts(
             raise ConfigKeyError("num_experts", f"the HF <-> Megatron mapping (to split {hf})")
         out += [
             TensorMapping(
-                meg_prefix + megatron.replace("{e}", str(e)), (hf,), Kind.FUSED_EXPERT, expert=e
+                meg_prefix + NameTemplate(megatron).expert(e), (hf,), Kind.FUSED_EXPERT, expert=e
             )
             for e in range(experts)
         ]
@@ -252,11 +252,11 @@ def _layer(
     for rule in HYBRID_RULES if family.megatron.hybrid_layers else DECODER_RULES:
         if rule.when and not set(rule.when.split("+")) <= traits:
             continue
-        indices = experts if "{e}" in rule.megatron else [None]
+        indices = experts if NameTemplate(rule.megatron).holds(EXPERT) else [None]
         for e in indices:
 
             def sub(s: str, e: int | None = e) -> str:
-                return s if e is None else s.replace("{e}", str(e))
+                return s if e is None else NameTemplate(s).expert(e)
 
             hf = tuple(hf_prefix + _family_name(family, sub(s)) for s in rule.hf)
             meg = meg_prefix + sub(rule.megatron)

@@ -14,14 +14,13 @@ MTP layers are ``inspect``'s.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from mtpcheck.convert import builtin, megatron_names
 from mtpcheck.errors import ConfigKeyError, InputError, MtpcheckError
 from mtpcheck.families import MtpFamily, detect_family
-from mtpcheck.families.name_templates import NameTemplate
+from mtpcheck.families.name_templates import EXPERT, NameTemplate
 from mtpcheck.formats.torch_dist_keys import DECODER_LAYER, FUSED_NORMS
 from mtpcheck.mapping import as_megatron
 from mtpcheck.mapping.rules import DECODER_RULES, top_level
@@ -61,11 +60,12 @@ def _hf_sources(megatron: str, family: MtpFamily | None) -> tuple[str, ...]:
     rel = megatron[m.end() :]
     hf_prefix = NameTemplate(family.layout.main_layer_prefix).main_layer(m.group(1))
     for rule in DECODER_RULES:
-        pattern = re.escape(rule.megatron).replace(r"\{e\}", r"(\d+)")
-        found = re.fullmatch(pattern, rel)
-        if found:
-            e = found.group(1) if found.groups() else None
-            return tuple(hf_prefix + (h if e is None else h.replace("{e}", e)) for h in rule.hf)
+        found = NameTemplate(rule.megatron).match(rel)
+        if found is not None:
+            e = found.get(EXPERT)
+            return tuple(
+                hf_prefix + (h if e is None else NameTemplate(h).expert(e)) for h in rule.hf
+            )
     return ()
 
 
