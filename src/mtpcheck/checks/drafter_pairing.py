@@ -137,7 +137,7 @@ def shape_check(
     tokenizer = _tokenizers(tokenizers)
     if tokenizer is not None:
         findings.insert(1, tokenizer)
-    if kind.key == "gemma4-assistant":
+    if kind.reads_target_kv:
         findings.append(_layer_types(cfg, target))
     return CheckResult(
         CheckName.PAIRING_SHAPE, "Drafter and target: vocabulary and width", tuple(findings)

@@ -134,6 +134,9 @@ class DrafterKind:
     """Whether ``fc.weight``'s input width is taps x target width."""
     widths: tuple[Width, ...] = ()
     """Further dimensions the config fixes."""
+    reads_target_kv: bool = False
+    """Whether it drafts from the target's KV cache of its last layers (the Gemma-4 assistant),
+    so its ``layer_types`` must be among those layers' types."""
     divides: tuple[tuple[str, str], ...] = ()
     """(config key, quantity) pairs where the key's value must divide the quantity
     (``num_centroids`` divides the vocabulary)."""
@@ -422,6 +425,7 @@ DRAFTER_KINDS: tuple[DrafterKind, ...] = (
             Width("post_projection.weight", 0, 1, "target_hidden", "the backbone's width"),
         ),
         divides=(("num_centroids", "vocab"),),
+        reads_target_kv=True,
         not_checked="the centroids against the vocabulary beyond vocab_size % num_centroids",
     ),
     DrafterKind(
