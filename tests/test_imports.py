@@ -93,6 +93,8 @@ def test_the_audit_imports_only_what_it_runs(
     _audit_path_is_clean(modules)
     names = tuple(n if n == "rich" else f"mtpcheck.report.{n}" for n in unused)
     assert _within(modules, names) == []
+    if args[0] == "inspect":  # one checkpoint: nothing of diff's two-sided checks
+        assert "mtpcheck.checks.diff_checks" not in modules
 
 
 def test_the_probe_sees_an_import_that_happens() -> None:

@@ -11,7 +11,7 @@ from mtpcheck.checks.main_model_checks import sides_check
 from mtpcheck.checks.quant_pairs import QuantizedPair, quantized_pairs
 from mtpcheck.checks.stacked_experts import has_stacked, unstacked
 from mtpcheck.checks.stale_drafter import stale_drafter
-from mtpcheck.checks.tensor_match import compare_many
+from mtpcheck.checks.tensor_match import Compare, compare_many
 from mtpcheck.errors import InputError
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
@@ -29,7 +29,6 @@ from mtpcheck.model import (
 from mtpcheck.params import Rounding, Scheme, declared_scheme
 from mtpcheck.units import first_few
 
-Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
 Measured = tuple[list[tuple[Finding, TensorComparison]], set[str]]
 """The parameters stored differently on the two sides, each with its finding, and every
 tensor name they cover (which the tensor matcher then leaves alone)."""

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mtpcheck.checks.diff_checks import Compare
-from mtpcheck.checks.tensor_match import by_metadata
+from mtpcheck.checks.tensor_match import Compare, by_metadata
 from mtpcheck.model import Checkpoint, HeadersOnly, TensorComparison, TensorStatus
 
 

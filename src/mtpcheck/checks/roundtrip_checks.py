@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mtpcheck.checks.config_diff import config_check
-from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.findings import describe, status_of
 from mtpcheck.checks.inspect_checks import count_check, inspect_report
 from mtpcheck.checks.main_model_checks import main_model_check
-from mtpcheck.checks.tensor_match import compare_many
+from mtpcheck.checks.tensor_match import Compare, compare_many
 from mtpcheck.families import MtpAnalysis, analyse, summarise
 from mtpcheck.layouts import MegatronLayout
 from mtpcheck.mapping import MappedCheckpoint, TensorMapping, as_megatron

@@ -27,6 +27,10 @@ from mtpcheck.dtypes import DTYPES, Kind, is_fp8, itemsize, top_bits_of
 from mtpcheck.model import Checkpoint, HasSpanReader, TensorComparison, TensorMeta, TensorStatus
 from mtpcheck.settings import THREADS
 
+Compare = Callable[[Checkpoint, Checkpoint, Sequence[tuple[str, str]]], Sequence[TensorComparison]]
+"""How a command compares the tensors of two checkpoints, by (name in a, name in b) pairs:
+:func:`compare_many`, or a wrapper of it (progress, headers first, ranks)."""
+
 if TYPE_CHECKING:
     import numpy as np
 

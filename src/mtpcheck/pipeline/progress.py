@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from mtpcheck.checks.diff_checks import Compare
+from mtpcheck.checks.tensor_match import Compare
 from mtpcheck.model import Checkpoint, Prefetches, TensorComparison
 from mtpcheck.ticker import Ticker
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mtpcheck.checks.diff_checks import Compare
 from mtpcheck.checks.roundtrip_checks import (
     STAGE1,
     STAGE2,
@@ -26,7 +25,7 @@ from mtpcheck.checks.roundtrip_checks import (
     stage2_checks,
     summary_of,
 )
-from mtpcheck.checks.tensor_match import compare_many
+from mtpcheck.checks.tensor_match import Compare, compare_many
 from mtpcheck.errors import InputError, MtpcheckError
 from mtpcheck.families import MtpFamily, detect_family
 from mtpcheck.formats import open_checkpoint

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtpcheck.checks.diff_checks import Compare
+from mtpcheck.checks.tensor_match import Compare
 from mtpcheck.model import Checkpoint, TensorComparison
 from mtpcheck.settings import TIMINGS
 
