@@ -10,7 +10,14 @@ raises, for what ends the CLI with exit 2 or refuses a checkpoint:
 - :class:`~mtpcheck.errors.DamagedInput`: a checkpoint refused for a defect a command will
   not work from (the CLI's exit 1, "refused");
 - :class:`~mtpcheck.extras.MissingExtra`: a command whose optional packages are not installed;
+- :class:`UsageError`: options that do not go together, or a value out of its range, in the
+  very words the CLI uses before it exits 2;
 - :class:`~mtpcheck.errors.MtpcheckError`: the base class of all of them.
+
+Each function's parameters are the fields of its command's options dataclass
+(:class:`InspectOptions`, :class:`DiffOptions`, :class:`RoundtripOptions`,
+:class:`AcceptOptions`, ...), where each option is declared once for the CLI, the API and the
+docs; the ``*_with`` twins take that dataclass itself.
 
 Heavy modules (torch, transformers) are imported only by the function that needs them:
 :func:`inspect` and :func:`diff` never import torch.
