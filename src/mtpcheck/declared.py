@@ -154,10 +154,15 @@ def check_fields(options: object) -> None:
                 _check_value(flag_of(f, declared), declared, one)
 
 
+def choice_values(declared: Declared) -> tuple[str, ...] | None:
+    """The values allowed, as the command line writes them (an enum's by their values)."""
+    if isinstance(declared.choices, type):
+        return tuple(str(c.value) for c in declared.choices)
+    return declared.choices
+
+
 def _check_value(name: str, declared: Declared, value: Any) -> None:
-    choices = declared.choices
-    if isinstance(choices, type):
-        choices = tuple(str(c.value) for c in choices)
+    choices = choice_values(declared)
     if choices is not None and str(getattr(value, "value", value)) not in choices:
         listed = ", ".join(repr(c) for c in choices)
         raise bad_value(name, f"{value!r} is not one of {listed}.", quoted=True)

@@ -15,28 +15,16 @@ from typing import Any, NoReturn
 
 import click
 
-from mtpcheck import __version__
+from mtpcheck import __version__, declared
 from mtpcheck.cli.library_noise import silence_libraries, wants_debug
 from mtpcheck.cli.stderr_log import StderrLog
 from mtpcheck.errors import DamagedInput, ExitCode, MtpcheckError, PathError
 from mtpcheck.extras import for_missing_module
-from mtpcheck.layouts import MegatronLayout
 from mtpcheck.model import Report
 from mtpcheck.report import STDOUT_FORMATS
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 """A click option (or argument) decorator."""
-
-MEGATRON_LAYOUT = click.option(
-    "--megatron-layout",
-    type=click.Choice([layout.value for layout in MegatronLayout]),
-    default=MegatronLayout.MEGATRON_CORE.value,
-    show_default=True,
-    callback=lambda _ctx, _param, value: MegatronLayout(value),
-    help="Whose modules the Megatron checkpoint is saved from: megatron-core's (Megatron-Bridge, "
-    "Megatron-LM, mbridge, the built-in converter) or mcore-bridge's (ms-swift 4), which lay "
-    "out the gated delta net and gated attention of Qwen3-Next / 3.5 their own way.",
-)
 
 
 def defaulted(*decls: str, kind: click.ParamType[Any], default: Any, **attrs: Any) -> Decorator:
@@ -146,20 +134,13 @@ def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_output_path(option: str, path: Path | None) -> None:
-    """Refuse a report path that cannot be written, before any work is done."""
-    if path is None:
-        return
-    if str(path) in ("", "."):
-        raise click.BadParameter(
-            "empty path (is the variable it came from unset?)", param_hint=option
-        )
-    if path.is_dir():
-        raise click.BadParameter(f"{path} is a directory", param_hint=option)
-    parent = path.parent
-    if not parent.is_dir():
-        raise click.BadParameter(f"{parent} does not exist", param_hint=option)
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise click.BadParameter(f"{path} is not writable", param_hint=option)
+    """Refuse a report path that cannot be written, before any work is done (the rule every
+    output file is held to, :func:`mtpcheck.declared.check_output_path`), as click's usage
+    error."""
+    try:
+        declared.check_output_path(option, path)
+    except declared.UsageError as e:
+        raise click.UsageError(str(e)) from e
 
 
 def _emit(report: Report, opts: OutputOptions) -> str | None:

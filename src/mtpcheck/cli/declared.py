@@ -15,6 +15,7 @@ from mtpcheck.declared import (
     Declared,
     Options,
     UsageError,
+    choice_values,
     declared_fields,
     default_of,
     flag_of,
@@ -92,9 +93,7 @@ def _click_type(declared: Declared) -> click.ParamType[Any] | None:
             dir_okay=declared.path != "file",
             path_type=Path,
         )
-    choices = declared.choices
-    if isinstance(choices, type):
-        return click.Choice([str(c.value) for c in choices])
+    choices = choice_values(declared)
     if choices is not None:
         return click.Choice(choices)
     low, high = declared.minimum, declared.maximum
