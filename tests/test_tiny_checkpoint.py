@@ -59,6 +59,11 @@ def test_a_build_it_cannot_vouch_for_is_refused_and_removed(tmp_path: Path, rele
     with pytest.raises(ValueError, match=NOT_BUILT[stem]):
         tiny_checkpoint(release, tmp_path / "tiny")
     assert not (tmp_path / "tiny").exists()
+    given = tmp_path / "given"
+    given.mkdir()  # an empty folder of the caller's stays, emptied again
+    with pytest.raises(ValueError, match=NOT_BUILT[stem]):
+        tiny_checkpoint(release, given)
+    assert given.is_dir() and list(given.iterdir()) == []
 
 
 @pytest.mark.parametrize("config", published_configs(), ids=lambda p: p.stem)

@@ -99,17 +99,31 @@ def tiny_checkpoint(family: str, dest: str | Path) -> Path:
     config, dest = published_config(family), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise FileExistsError(f"{dest}: tiny_checkpoint writes into an absent or empty folder")
+    existed = dest.is_dir()
     try:
         built = build_synthetic(config, dest)
         failing = inspect(built).failing
     except Exception as e:
-        shutil.rmtree(dest, ignore_errors=True)
+        _remove_built(dest, existed)
         raise ValueError(f"tiny_checkpoint cannot build {config.stem}: {e}") from e
     if failing:
-        shutil.rmtree(dest, ignore_errors=True)
+        _remove_built(dest, existed)
         named = ", ".join(map(str, failing))
         raise ValueError(f"tiny_checkpoint: {config.stem}'s tiny build fails {named}")
     return built
+
+
+def _remove_built(dest: Path, existed: bool) -> None:
+    """What a failed build wrote: the folder's contents, and the folder unless it was the
+    caller's (given empty)."""
+    if not existed:
+        shutil.rmtree(dest, ignore_errors=True)
+        return
+    for child in dest.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 __all__ = [
